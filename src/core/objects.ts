@@ -1,0 +1,303 @@
+/**
+ * Canonical forms of the four object kinds and the four target kinds, and `isWithin`.
+ * Everything is compared in canonical form only: the seed's `within()` matched raw string
+ * prefixes, so `/workspace/../etc/passwd` passed a `/workspace` object. Never again.
+ */
+import {
+  err,
+  ok,
+  type Canonical,
+  type CanonicalObject,
+  type CanonicalTarget,
+  type HostObject,
+  type RawObject,
+  type RawTarget,
+  type Result,
+} from './types.js';
+
+const brand = <T>(v: T): Canonical<T> => v as Canonical<T>;
+
+// ---- paths ----------------------------------------------------------------------------------
+
+/**
+ * API.md: a path object is absolute; rejected when it contains a NUL byte, a `.` or `..` segment or
+ * an empty segment; one trailing `/` is dropped; `/` is the whole filesystem.
+ */
+export function canonicalPathPrefix(prefix: string): Result<string> {
+  if (!prefix.startsWith('/')) return err('must be an absolute path');
+  if (prefix.includes('\0')) return err('must not contain a NUL byte');
+  if (prefix === '/') return ok('/');
+  const trimmed = prefix.endsWith('/') ? prefix.slice(0, -1) : prefix;
+  for (const segment of trimmed.slice(1).split('/')) {
+    if (segment === '') return err('must not contain an empty segment (//)');
+    if (segment === '.' || segment === '..') return err('must not contain a . or .. segment');
+  }
+  return ok(trimmed);
+}
+
+/** A path target is resolved lexically (`.` and `..` applied, `..` at the root stays there). */
+export function resolvePath(path: string): Result<string> {
+  if (!path.startsWith('/')) return err('must be an absolute path');
+  if (path.includes('\0')) return err('must not contain a NUL byte');
+  const out: string[] = [];
+  for (const segment of path.split('/')) {
+    if (segment === '' || segment === '.') continue;
+    if (segment === '..') out.pop();
+    else out.push(segment);
+  }
+  return ok(`/${out.join('/')}`);
+}
+
+/** Whole-segment prefix match: `/a/b` covers `/a/b` and `/a/b/c`, never `/a/bc`. */
+function isPathWithin(path: string, prefix: string): boolean {
+  return prefix === '/' || path === prefix || path.startsWith(`${prefix}/`);
+}
+
+// ---- hosts ----------------------------------------------------------------------------------
+
+const LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+const NUMERIC_LABEL = /^(?:\d+|0x[0-9a-f]*)$/;
+const PRINTABLE_ASCII = /^[\x21-\x7e]+$/;
+
+function isCanonicalIpv4(name: string): boolean {
+  const parts = name.split('.');
+  return parts.length === 4 && parts.every((p) => /^(?:0|[1-9]\d{0,2})$/.test(p) && Number(p) <= 255);
+}
+
+/**
+ * A DNS name, lower-cased; one trailing dot dropped. Only ASCII is accepted: an IDN must come as
+ * its A-label (`xn--…`), so look-alike code points can never be mapped onto another name. A last
+ * label that a URL parser would read as an IPv4 number must be a canonical dotted quad.
+ */
+export function canonicalHostName(name: string, options?: { wildcard: 'allow' }): Result<string> {
+  if (name.startsWith('[')) return canonicalIpv6(name);
+  if (!PRINTABLE_ASCII.test(name)) {
+    return err('must be an ASCII DNS name (write an IDN as its xn-- A-label)');
+  }
+  let lower = name.toLowerCase();
+  if (lower.endsWith('.')) lower = lower.slice(0, -1);
+  if (lower.length === 0 || lower.length > 253) return err('must be 1 to 253 characters');
+  const labels = lower.split('.');
+  if (labels[0] === '*') {
+    if (options?.wildcard !== 'allow') return err('must not be a wildcard');
+    if (labels.length < 2) return err('a wildcard must be followed by a domain');
+    labels.shift();
+  }
+  if (!labels.every((l) => LABEL.test(l))) {
+    return err('must be dot-separated labels of a-z, 0-9 and -, each 1 to 63 characters');
+  }
+  const last = labels[labels.length - 1] ?? '';
+  if (NUMERIC_LABEL.test(last)) {
+    if (lower.startsWith('*.') || !isCanonicalIpv4(lower)) {
+      return err('a numeric name must be a dotted-quad IPv4 address');
+    }
+  }
+  return ok(lower);
+}
+
+function canonicalIpv6(name: string): Result<string> {
+  if (!/^\[[0-9a-fA-F:.]+\]$/.test(name)) return err('must be a bracketed IPv6 address');
+  try {
+    return ok(new URL(`http://${name}/`).hostname);
+  } catch {
+    return err('must be a valid IPv6 address');
+  }
+}
+
+function isHostNameWithin(name: string, pattern: string): boolean {
+  if (!pattern.startsWith('*.')) return name === pattern;
+  // API.md: "*.example.com" covers every name strictly below example.com, not example.com itself.
+  const suffix = pattern.slice(1);
+  const bare = name.startsWith('*.') ? name.slice(1) : name;
+  return bare.endsWith(suffix) && (name.startsWith('*.') ? bare.length >= suffix.length : bare.length > suffix.length);
+}
+
+function isPortWithin(port: number | undefined, allowed: number | undefined): boolean {
+  return allowed === undefined || port === allowed;
+}
+
+// ---- repos ----------------------------------------------------------------------------------
+
+const REPO_PART = /^[a-z0-9_.-]{1,100}$/;
+
+/** `host/owner/name`, compared case-insensitively (so kept lower-cased). */
+export function canonicalRepo(name: string): Result<string> {
+  const parts = name.split('/');
+  if (parts.length !== 3) return err('must be host/owner/name');
+  const [host = '', owner = '', repo = ''] = parts;
+  const h = canonicalHostName(host);
+  if (!h.ok) return err(`host ${h.error}`);
+  for (const part of [owner.toLowerCase(), repo.toLowerCase()]) {
+    if (!REPO_PART.test(part) || part === '.' || part === '..') {
+      return err('owner and name must be 1 to 100 characters of a-z, 0-9, _, . and -');
+    }
+  }
+  return ok(`${h.value}/${owner.toLowerCase()}/${repo.toLowerCase()}`);
+}
+
+// ---- URLs -----------------------------------------------------------------------------------
+
+const UNRESERVED = /[A-Za-z0-9\-._~]/;
+
+/**
+ * Percent-encodings in a WHATWG-normalized path: unreserved characters decoded, the rest
+ * upper-cased (RFC 3986 §6.2.2). An encoded `/`, `\` or NUL is refused: servers disagree on whether
+ * it separates segments, so no prefix decision about it can be trusted.
+ */
+function normalizePercent(path: string): Result<string> {
+  let bad = false;
+  const out = path.replace(/%([0-9a-fA-F]{2})/g, (_m, hex: string) => {
+    const ch = String.fromCharCode(parseInt(hex, 16));
+    if (ch === '/' || ch === '\\' || ch === '\0') bad = true;
+    return UNRESERVED.test(ch) ? ch : `%${hex.toUpperCase()}`;
+  });
+  return bad ? err('must not contain an encoded /, \\ or NUL') : ok(out);
+}
+
+interface ParsedUrl {
+  readonly origin: string;
+  readonly path: string;
+}
+
+function parseHttpUrl(raw: string): Result<ParsedUrl> {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    return err('must be an absolute URL');
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') return err('must be an http or https URL');
+  if (u.username !== '' || u.password !== '') return err('must not contain credentials');
+  if (u.hostname === '') return err('must have a host');
+  const path = normalizePercent(u.pathname);
+  if (!path.ok) return path;
+  return ok({ origin: `${u.protocol}//${u.host}`, path: path.value });
+}
+
+/** An absolute http(s) URL prefix: WHATWG-normalized origin and path; no query, fragment or credentials. */
+export function canonicalUrlPrefix(raw: string): Result<string> {
+  if (raw.includes('?') || raw.includes('#')) return err('a URL prefix must not have a query or fragment');
+  const parsed = parseHttpUrl(raw);
+  return parsed.ok ? ok(parsed.value.origin + parsed.value.path) : parsed;
+}
+
+/** A URL target keeps only origin and path: the query and fragment do not decide where a call goes. */
+export function canonicalUrlTarget(raw: string): Result<string> {
+  const parsed = parseHttpUrl(raw);
+  return parsed.ok ? ok(parsed.value.origin + parsed.value.path) : parsed;
+}
+
+function splitCanonicalUrl(url: string): ParsedUrl {
+  const slash = url.indexOf('/', url.indexOf('//') + 2);
+  return { origin: url.slice(0, slash), path: url.slice(slash) };
+}
+
+function isUrlWithin(url: string, prefix: string): boolean {
+  const u = splitCanonicalUrl(url);
+  const p = splitCanonicalUrl(prefix);
+  if (u.origin !== p.origin) return false;
+  if (p.path.endsWith('/')) return u.path.startsWith(p.path);
+  return u.path === p.path || u.path.startsWith(`${p.path}/`);
+}
+
+// ---- objects and targets --------------------------------------------------------------------
+
+function canonicalPort(port: number | undefined): Result<number | undefined> {
+  if (port === undefined) return ok(undefined);
+  return Number.isInteger(port) && port >= 1 && port <= 65535 ? ok(port) : err('port must be an integer 1 to 65535');
+}
+
+function hostWithPort(name: string, port: number | undefined): HostObject {
+  return port === undefined ? { kind: 'host', name } : { kind: 'host', name, port };
+}
+
+/** Canonicalizes one object reference of a capability (API.md "O, objects"). */
+export function canonicalObject(o: RawObject): Result<CanonicalObject> {
+  switch (o.kind) {
+    case 'path': {
+      const p = canonicalPathPrefix(o.prefix);
+      return p.ok ? ok(brand({ kind: 'path', prefix: p.value })) : p;
+    }
+    case 'host': {
+      const n = canonicalHostName(o.name, { wildcard: 'allow' });
+      if (!n.ok) return n;
+      const port = canonicalPort(o.port);
+      return port.ok ? ok(brand(hostWithPort(n.value, port.value))) : port;
+    }
+    case 'repo': {
+      const r = canonicalRepo(o.name);
+      return r.ok ? ok(brand({ kind: 'repo', name: r.value })) : r;
+    }
+    case 'url': {
+      const u = canonicalUrlPrefix(o.prefix);
+      return u.ok ? ok(brand({ kind: 'url', prefix: u.value })) : u;
+    }
+  }
+}
+
+/** Canonicalizes the target of an approve request (API.md "POST /v1/approve"). */
+export function canonicalTarget(t: RawTarget): Result<CanonicalTarget> {
+  switch (t.kind) {
+    case 'path': {
+      const p = resolvePath(t.path);
+      return p.ok ? ok(brand({ kind: 'path', path: p.value })) : p;
+    }
+    case 'host': {
+      const n = canonicalHostName(t.name);
+      if (!n.ok) return n;
+      const port = canonicalPort(t.port);
+      if (!port.ok) return port;
+      return ok(brand(port.value === undefined ? { kind: 'host', name: n.value } : { kind: 'host', name: n.value, port: port.value }));
+    }
+    case 'repo': {
+      const r = canonicalRepo(t.name);
+      return r.ok ? ok(brand({ kind: 'repo', name: r.value })) : r;
+    }
+    case 'url': {
+      const u = canonicalUrlTarget(t.url);
+      return u.ok ? ok(brand({ kind: 'url', url: u.value })) : u;
+    }
+  }
+}
+
+/** Does the target lie within the object? Both canonical; kinds never cross. */
+export function isWithin(target: CanonicalTarget, object: CanonicalObject): boolean {
+  switch (target.kind) {
+    case 'path':
+      return object.kind === 'path' && isPathWithin(target.path, object.prefix);
+    case 'host':
+      return object.kind === 'host' && isPortWithin(target.port, object.port) && isHostNameWithin(target.name, object.name);
+    case 'repo':
+      return object.kind === 'repo' && target.name === object.name;
+    case 'url':
+      return object.kind === 'url' && isUrlWithin(target.url, object.prefix);
+  }
+}
+
+/** Does the child object cover nothing that the parent object does not? (attenuation, API.md) */
+export function isObjectWithin(child: CanonicalObject, parent: CanonicalObject): boolean {
+  switch (child.kind) {
+    case 'path':
+      return parent.kind === 'path' && isPathWithin(child.prefix, parent.prefix);
+    case 'host':
+      return parent.kind === 'host' && isPortWithin(child.port, parent.port) && isHostNameWithin(child.name, parent.name);
+    case 'repo':
+      return parent.kind === 'repo' && child.name === parent.name;
+    case 'url':
+      return parent.kind === 'url' && isUrlWithin(child.prefix, parent.prefix);
+  }
+}
+
+/** Human-readable form of an object or target, for reasons and violation details. */
+export function describe(x: CanonicalObject | CanonicalTarget): string {
+  switch (x.kind) {
+    case 'path':
+      return 'prefix' in x ? `path ${x.prefix}` : `path ${x.path}`;
+    case 'host':
+      return `host ${x.name}${x.port === undefined ? '' : `:${x.port}`}`;
+    case 'repo':
+      return `repo ${x.name}`;
+    case 'url':
+      return 'prefix' in x ? `url ${x.prefix}` : `url ${x.url}`;
+  }
+}

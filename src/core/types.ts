@@ -1,0 +1,106 @@
+/**
+ * Types of the capability model C = (R, O, P, E) in canonical form. Raw input becomes these only
+ * through the canonicalizers in `objects.ts` and `predicate.ts`; a token becomes a
+ * `VerifiedCapability` only through `verifyToken` (src/crypto/tokens.ts).
+ */
+
+export const RIGHTS = ['read', 'write', 'execute', 'connect'] as const;
+export type Right = (typeof RIGHTS)[number];
+
+declare const canonical: unique symbol;
+/** A value that has been through its canonicalizer. */
+export type Canonical<T> = T & { readonly [canonical]: true };
+
+export type PathObject = { readonly kind: 'path'; readonly prefix: string };
+export type HostObject = { readonly kind: 'host'; readonly name: string; readonly port?: number };
+export type RepoObject = { readonly kind: 'repo'; readonly name: string };
+export type UrlObject = { readonly kind: 'url'; readonly prefix: string };
+export type RawObject = PathObject | HostObject | RepoObject | UrlObject;
+export type CanonicalObject = Canonical<RawObject>;
+
+export type PathTarget = { readonly kind: 'path'; readonly path: string };
+export type HostTarget = { readonly kind: 'host'; readonly name: string; readonly port?: number };
+export type RepoTarget = { readonly kind: 'repo'; readonly name: string };
+export type UrlTarget = { readonly kind: 'url'; readonly url: string };
+export type RawTarget = PathTarget | HostTarget | RepoTarget | UrlTarget;
+export type CanonicalTarget = Canonical<RawTarget>;
+
+export type Scalar = string | number | boolean;
+
+export type ArgBound =
+  | { readonly kind: 'max'; readonly arg: string; readonly value: number }
+  | { readonly kind: 'min'; readonly arg: string; readonly value: number }
+  | { readonly kind: 'one_of'; readonly arg: string; readonly values: readonly Scalar[] }
+  | { readonly kind: 'max_length'; readonly arg: string; readonly value: number };
+
+/** The predicate as it travels (API bodies, token claims): costs as decimal numbers. */
+export interface RawPredicate {
+  readonly max_cost?: number;
+  readonly budget?: number;
+  readonly max_calls?: number;
+  readonly max_depth?: number;
+  readonly args?: readonly ArgBound[];
+}
+export type CanonicalPredicate = Canonical<RawPredicate>;
+
+/** The claims a capability token carries (see `src/crypto/tokens.ts` for their JWT names). */
+export interface CapabilityClaims {
+  readonly id: string;
+  readonly tenant: string;
+  readonly trajectory: string;
+  readonly parent: string | null;
+  readonly depth: number;
+  readonly rights: readonly Right[];
+  readonly objects: readonly CanonicalObject[];
+  readonly predicate: CanonicalPredicate;
+  /** Issued at, not before and expires, in seconds since the epoch (RFC 7519 NumericDate). */
+  readonly iat: number;
+  readonly nbf: number;
+  readonly exp: number;
+}
+
+declare const verified: unique symbol;
+/** Claims whose signature has been checked against a known key. */
+export type VerifiedCapability = CapabilityClaims & { readonly [verified]: true };
+
+export type Result<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: string };
+export const ok = <T>(value: T): Result<T> => ({ ok: true, value });
+export const err = <T>(error: string): Result<T> => ({ ok: false, error });
+
+/** API.md deny codes of `POST /v1/approve`. */
+export type DenyCode =
+  | 'bad_token'
+  | 'unknown_key'
+  | 'tenant_mismatch'
+  | 'expired'
+  | 'not_yet_valid'
+  | 'revoked'
+  | 'right_missing'
+  | 'object_outside'
+  | 'cost_exceeds_max'
+  | 'budget_exhausted'
+  | 'calls_exhausted'
+  | 'arg_violates_bound';
+
+export interface Deny {
+  readonly decision: 'deny';
+  readonly code: DenyCode;
+  readonly message: string;
+}
+
+/** API.md attenuation violation codes. */
+export type ViolationCode =
+  | 'right_widened'
+  | 'object_widened'
+  | 'predicate_widened'
+  | 'depth_exhausted'
+  | 'expiry_extended'
+  | 'parent_invalid'
+  | 'parent_expired'
+  | 'parent_revoked';
+
+export interface Violation {
+  readonly component: 'rights' | 'objects' | 'predicate' | 'expiry' | 'parent';
+  readonly code: ViolationCode;
+  readonly detail: string;
+}

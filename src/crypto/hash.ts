@@ -1,0 +1,43 @@
+/**
+ * SHA-256 (@noble/hashes), RFC 8785 canonical JSON (canonicalize) and the small byte helpers the
+ * ids, idempotency keys and audit chain are built from. Workers-safe: Web Crypto randomness only.
+ */
+import { sha256 } from '@noble/hashes/sha2.js';
+import { bytesToHex, utf8ToBytes } from '@noble/hashes/utils.js';
+import canonicalize from 'canonicalize';
+import { base64url } from 'jose';
+
+/** RFC 8785 (JCS) canonical JSON text of a JSON value. */
+export function canonicalJson(value: unknown): string {
+  const text = canonicalize(value);
+  if (text === undefined) throw new TypeError('value has no JSON form');
+  return text;
+}
+
+/** Lower-case hex SHA-256 of a UTF-8 string. */
+export function sha256Hex(text: string): string {
+  return bytesToHex(sha256(utf8ToBytes(text)));
+}
+
+/** Lower-case hex SHA-256 of the canonical JSON of a value. */
+export function hashJson(value: unknown): string {
+  return sha256Hex(canonicalJson(value));
+}
+
+/** Compares two strings in time that depends only on their lengths (for secrets' hashes). */
+export function constantTimeEqual(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
+}
+
+/** `n` random bytes as base64url without padding. */
+export function randomToken(n: number): string {
+  return base64url.encode(crypto.getRandomValues(new Uint8Array(n)));
+}
+
+/** A fresh opaque id with a type prefix, e.g. `cap_…` (128 random bits). */
+export function newId(prefix: string): string {
+  return `${prefix}_${randomToken(16)}`;
+}

@@ -1,0 +1,180 @@
+/**
+ * The Hono app: routes of API.md, bearer auth, body rules (JSON only, 64 KiB), error mapping and
+ * the OpenAPI document generated from the same zod schemas that validate. Built by `createApp`
+ * from injected store, writer, keys and clock: no globals, so it runs on Node and Workers alike.
+ */
+import { OpenAPIHono, createRoute, z } from '@hono/zod-openapi';
+import type { Context, MiddlewareHandler } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import { HTTPException } from 'hono/http-exception';
+import type { ZodError } from 'zod';
+import { ApproveBody, AttenuateBody, Id, MintBody, RevokeBody, TrajectoryId } from '../core/schemas.js';
+import type { KeyRing } from '../crypto/keys.js';
+import type { Store } from '../store/store.js';
+import type { DecisionWriter } from '../store/writer.js';
+import { Authority, Reads, type Reply } from '../service/authority.js';
+import { ApiError, invalidRequest, unavailable, type FieldError } from '../service/errors.js';
+import { Authenticator } from '../service/tenants.js';
+
+export interface AppDeps {
+  readonly store: Store;
+  readonly writer: DecisionWriter;
+  readonly keys: KeyRing;
+  readonly now: () => Date;
+  /** Structured log sink; never given tokens or keys. */
+  readonly log?: (entry: Record<string, unknown>) => void;
+}
+
+type Env = { Variables: { tenantId: string } };
+
+export const MAX_BODY_BYTES = 64 * 1024;
+
+function fieldErrors(error: ZodError, prefix: string): FieldError[] {
+  const out: FieldError[] = [];
+  for (const issue of error.issues) {
+    const path = [prefix, ...issue.path.map(String)].filter((p) => p !== '').join('.');
+    if (issue.code === 'unrecognized_keys') {
+      for (const key of issue.keys) out.push({ path: path === '' ? key : `${path}.${key}`, message: 'unknown field' });
+    } else {
+      out.push({ path: path === '' ? prefix || 'body' : path, message: issue.message });
+    }
+  }
+  return out;
+}
+
+const ErrorBody = z.object({ error: z.object({ code: z.string(), message: z.string() }).passthrough() });
+const errors = (...statuses: number[]) =>
+  Object.fromEntries(statuses.map((s) => [s, { description: `error ${s}`, content: { 'application/json': { schema: ErrorBody } } }]));
+const json = (schema: z.ZodType, description: string) => ({ description, content: { 'application/json': { schema } } });
+const Any = z.record(z.string(), z.unknown());
+const IdemHeaders = z.object({ 'idempotency-key': z.string().min(1).max(128).optional() });
+const body = <T extends z.ZodType>(schema: T) => ({ required: true as const, content: { 'application/json': { schema } } });
+
+const AuditQuery = z.strictObject({
+  trajectory_id: TrajectoryId.optional(),
+  capability_id: Id.optional(),
+  decision: z.enum(['grant', 'deny']).optional(),
+  event: z.enum(['mint', 'attenuate', 'approve', 'revoke']).optional(),
+  after: z.string().min(1).max(19).regex(/^\d+$/).optional(),
+  limit: z.coerce.number().int().min(1).max(1000).optional(),
+});
+
+const routes = {
+  mint: createRoute({ method: 'post', path: '/v1/capabilities', tags: ['capabilities'], summary: 'Mint a root capability', request: { headers: IdemHeaders, body: body(MintBody) }, responses: { 201: json(Any, 'the capability and its token'), ...errors(400, 401, 409, 413, 415, 503) } }),
+  attenuate: createRoute({ method: 'post', path: '/v1/attenuate', tags: ['capabilities'], summary: 'Issue a child capability', request: { headers: IdemHeaders, body: body(AttenuateBody) }, responses: { 201: json(Any, 'the child capability and its token'), ...errors(400, 401, 403, 409, 413, 415, 503) } }),
+  approve: createRoute({ method: 'post', path: '/v1/approve', tags: ['decisions'], summary: 'May this call run?', request: { body: body(ApproveBody) }, responses: { 200: json(Any, 'grant or deny, with its audit id'), ...errors(400, 401, 409, 413, 415, 503) } }),
+  revoke: createRoute({ method: 'post', path: '/v1/revoke', tags: ['capabilities'], summary: 'Revoke a capability and its descendants', request: { body: body(RevokeBody) }, responses: { 200: json(Any, 'the ids revoked'), ...errors(400, 401, 404, 413, 415, 503) } }),
+  get: createRoute({ method: 'get', path: '/v1/capabilities/{id}', tags: ['capabilities'], summary: 'A stored capability', request: { params: z.strictObject({ id: Id }) }, responses: { 200: json(Any, 'the capability'), ...errors(400, 401, 404, 503) } }),
+  audit: createRoute({ method: 'get', path: '/v1/audit', tags: ['audit'], summary: 'Audit entries, oldest first', request: { query: AuditQuery }, responses: { 200: json(Any, 'entries and the next cursor'), ...errors(400, 401, 503) } }),
+  verify: createRoute({ method: 'get', path: '/v1/audit/verify', tags: ['audit'], summary: "Recompute the tenant's audit hash chain", responses: { 200: json(Any, 'ok, or the first bad id'), ...errors(401, 503) } }),
+};
+
+/** Content type, size and JSON syntax of a POST body, each with its own error code. */
+const jsonBody: MiddlewareHandler = async (c, next) => {
+  if (c.req.method !== 'POST') return next();
+  const type = c.req.header('content-type') ?? '';
+  if (!/^application\/json\s*(;|$)/i.test(type)) throw new ApiError(415, 'unsupported_media_type', 'the body must be application/json');
+  return bodyLimit({
+    maxSize: MAX_BODY_BYTES,
+    onError: () => {
+      throw new ApiError(413, 'payload_too_large', `the body must be at most ${MAX_BODY_BYTES} bytes`);
+    },
+  })(c, async () => {
+    try {
+      await c.req.json();
+    } catch (e) {
+      if (e instanceof ApiError) throw e;
+      throw invalidRequest([{ path: 'body', message: 'malformed JSON' }]);
+    }
+    await next();
+  });
+};
+
+export function createApp(deps: AppDeps): OpenAPIHono<Env> {
+  const authority = new Authority(deps);
+  const reads = new Reads(deps.store, deps.now);
+  const auth = new Authenticator(deps.store, () => deps.now().getTime());
+  const app = new OpenAPIHono<Env>({
+    defaultHook: (result, c) => {
+      if (!result.success) {
+        const prefix = result.target === 'json' ? '' : result.target;
+        const e = invalidRequest(fieldErrors(result.error as unknown as ZodError, prefix));
+        return c.json(e.toBody(), 400);
+      }
+      return undefined;
+    },
+  });
+  // Statuses come from the use cases (API.md); the route types cannot follow them, hence `never`.
+  const send = (c: Context, r: Reply): never => c.json(r.body as object, r.status as 200) as never;
+
+  app.onError((e, c) => {
+    if (e instanceof ApiError) return c.json(e.toBody(), e.status);
+    if (e instanceof HTTPException && e.status === 415) return c.json(new ApiError(415, 'unsupported_media_type', 'the body must be application/json').toBody(), 415);
+    if (e instanceof HTTPException && e.status < 500) return c.json(new ApiError(400, 'invalid_request', e.message).toBody(), 400);
+    deps.log?.({ level: 'error', msg: 'request failed', path: c.req.path, error: e instanceof Error ? e.name : 'unknown' });
+    return c.json(unavailable().toBody(), 503);
+  });
+  app.notFound((c) => c.json(new ApiError(404, 'not_found', 'no such route').toBody(), 404));
+
+  app.use('/v1/*', async (c, next) => {
+    c.header('Cache-Control', 'no-store');
+    const m = /^Bearer (\S+)$/.exec(c.req.header('authorization') ?? '');
+    let tenant;
+    try {
+      tenant = m === null ? null : await auth.authenticate(m[1] as string);
+    } catch {
+      throw unavailable();
+    }
+    if (tenant === null) {
+      c.header('WWW-Authenticate', 'Bearer');
+      throw new ApiError(401, 'unauthorized', 'a valid tenant API key is required (Authorization: Bearer …)');
+    }
+    c.set('tenantId', tenant.id);
+    await next();
+  });
+  app.use('/v1/*', jsonBody);
+
+  app.openapi(routes.mint, async (c) => send(c, await authority.mint(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'])));
+  app.openapi(routes.attenuate, async (c) => send(c, await authority.attenuate(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'])));
+  app.openapi(routes.approve, async (c) => send(c, await authority.approve(c.get('tenantId'), c.req.valid('json'))));
+  app.openapi(routes.revoke, async (c) => send(c, await authority.revoke(c.get('tenantId'), c.req.valid('json'))));
+  app.openapi(routes.get, async (c) => send(c, await reads.capability(c.get('tenantId'), c.req.valid('param').id)));
+  app.openapi(routes.audit, async (c) => {
+    const q = c.req.valid('query');
+    return send(
+      c,
+      await reads.audit(c.get('tenantId'), {
+        trajectoryId: q.trajectory_id,
+        capabilityId: q.capability_id,
+        decision: q.decision,
+        event: q.event,
+        afterSeq: q.after === undefined ? undefined : Number(q.after),
+        limit: q.limit ?? 100,
+      }),
+    );
+  });
+  app.openapi(routes.verify, async (c) => send(c, await reads.verifyAudit(c.get('tenantId'))));
+
+  app.get('/.well-known/jwks.json', (c) => {
+    c.header('Cache-Control', 'public, max-age=300');
+    return c.json(deps.keys.jwks);
+  });
+  app.get('/healthz', (c) => c.json({ ok: true }));
+  app.get('/readyz', async (c) => {
+    try {
+      await deps.store.ping();
+      return c.json({ ok: true });
+    } catch {
+      return c.json(unavailable().toBody(), 503);
+    }
+  });
+  app.openAPIRegistry.registerComponent('securitySchemes', 'tenantKey', { type: 'http', scheme: 'bearer' });
+  app.doc31('/openapi.json', {
+    openapi: '3.1.0',
+    info: { title: 'Warrant', version: '1.0.0', description: 'Capability authority for AI-agent runtimes (API.md).' },
+    security: [{ tenantKey: [] }],
+  });
+  return app;
+}
+
+export type { KeyRing };

@@ -1,0 +1,31 @@
+/** Configuration from the environment (README "Configuration"). */
+import { resolve } from 'node:path';
+
+export interface Config {
+  readonly port: number;
+  readonly host: string;
+  readonly databaseUrl?: string;
+  readonly dataDir: string;
+  readonly signingKeys?: string;
+  readonly keysDir: string;
+}
+
+export function readConfig(env: NodeJS.ProcessEnv): Config {
+  const port = Number(env.PORT ?? 8080);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error('PORT must be an integer 0 to 65535');
+  const url = env.DATABASE_URL?.trim();
+  const keys = env.WARRANT_SIGNING_KEYS?.trim();
+  return {
+    port,
+    host: env.HOST ?? '127.0.0.1',
+    ...(url ? { databaseUrl: url } : {}),
+    dataDir: resolve(env.WARRANT_DATA_DIR ?? './.data'),
+    ...(keys ? { signingKeys: keys } : {}),
+    keysDir: resolve(env.WARRANT_KEYS_DIR ?? './keys'),
+  };
+}
+
+/** One JSON object per line on stdout. Callers never pass tokens or keys. */
+export function log(entry: Record<string, unknown>): void {
+  process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), level: 'info', ...entry })}\n`);
+}

@@ -1,0 +1,79 @@
+/**
+ * Opens the database for the Node entry and CLIs: a PostgreSQL server through postgres.js when a
+ * URL is given, else embedded PGlite in a data directory. Migrations under db/migrations are
+ * applied under an advisory lock, so instances starting together never race.
+ */
+import { mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { PGlite } from '@electric-sql/pglite';
+import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
+import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
+import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
+import { migrate as migratePostgres } from 'drizzle-orm/postgres-js/migrator';
+import postgres from 'postgres';
+import type { Db } from '../store/store.js';
+
+export const MIGRATIONS = resolve(dirname(fileURLToPath(import.meta.url)), '../../db/migrations');
+const MIGRATION_LOCK = 0x57_41_52_52; // "WARR"
+
+export interface Database {
+  readonly kind: 'postgres' | 'pglite';
+  readonly db: Db;
+  migrate(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface DatabaseOptions {
+  readonly databaseUrl?: string;
+  /** PGlite data directory; omitted means in memory. */
+  readonly dataDir?: string;
+  /** PGlite only: start from this dump of a data directory (see PGlite `loadDataDir`). */
+  readonly loadDataDir?: Blob;
+  readonly poolSize?: number;
+}
+
+export async function openDatabase(o: DatabaseOptions): Promise<Database> {
+  return o.databaseUrl !== undefined ? openPostgres(o.databaseUrl, o.poolSize ?? 10) : openPglite(o);
+}
+
+function openPostgres(url: string, max: number): Database {
+  const client = postgres(url, { max, connect_timeout: 5, idle_timeout: 60, onnotice: () => {} });
+  return {
+    kind: 'postgres',
+    db: drizzlePostgres(client) as unknown as Db,
+    async migrate() {
+      // One connection, so the session-level advisory lock covers the migrator's statements.
+      const one = postgres(url, { max: 1, connect_timeout: 5, onnotice: () => {} });
+      try {
+        await one`SELECT pg_advisory_lock(${MIGRATION_LOCK})`;
+        await migratePostgres(drizzlePostgres(one), { migrationsFolder: MIGRATIONS });
+        await one`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`;
+      } finally {
+        await one.end({ timeout: 5 });
+      }
+    },
+    async close() {
+      await client.end({ timeout: 5 });
+    },
+  };
+}
+
+async function openPglite(o: DatabaseOptions): Promise<Database> {
+  if (o.dataDir !== undefined) mkdirSync(o.dataDir, { recursive: true });
+  const client = await PGlite.create(o.dataDir, o.loadDataDir === undefined ? {} : { loadDataDir: o.loadDataDir });
+  const db = drizzlePglite(client) as unknown as Db;
+  return {
+    kind: 'pglite',
+    db,
+    async migrate() {
+      await migratePglite(drizzlePglite(client), { migrationsFolder: MIGRATIONS });
+    },
+    async close() {
+      await client.close();
+    },
+  };
+}
+
+/** The raw PGlite client of an embedded database (tests dump it to start other instances fast). */
+export type { PGlite };

@@ -1,0 +1,58 @@
+/**
+ * Signing keys for the Node entry: `WARRANT_SIGNING_KEYS` (a JWK set as JSON) when set; else the
+ * ring in `<keys dir>/signing-keys.json`, generated on first start (git-ignored, mode 0600).
+ */
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { JWK } from 'jose';
+import { generateSigningJwk, loadKeyRing, rotate, type KeyRing } from '../crypto/keys.js';
+import type { Config } from './config.js';
+
+export const keyFile = (keysDir: string): string => join(keysDir, 'signing-keys.json');
+
+function writeSet(path: string, set: { keys: JWK[] }): void {
+  const tmp = `${path}.tmp`;
+  writeFileSync(tmp, `${JSON.stringify(set, null, 2)}\n`, { mode: 0o600 });
+  renameSync(tmp, path);
+}
+
+function readSet(path: string): { keys: JWK[] } {
+  return JSON.parse(readFileSync(path, 'utf8')) as { keys: JWK[] };
+}
+
+export async function loadKeys(config: Config, log: (e: Record<string, unknown>) => void): Promise<KeyRing> {
+  if (config.signingKeys !== undefined) {
+    let set: unknown;
+    try {
+      set = JSON.parse(config.signingKeys);
+    } catch {
+      throw new Error('WARRANT_SIGNING_KEYS is not valid JSON (expected a JWK set)');
+    }
+    return loadKeyRing(set as { keys?: unknown });
+  }
+  const path = keyFile(config.keysDir);
+  if (!existsSync(path)) {
+    mkdirSync(config.keysDir, { recursive: true });
+    writeSet(path, { keys: [await generateSigningJwk()] });
+    log({ msg: 'generated a new signing key', file: path });
+  }
+  return loadKeyRing(readSet(path));
+}
+
+/** `npm run keys -- rotate`: append a new active key, keep the old ones to verify. */
+export async function rotateKeyFile(keysDir: string): Promise<string> {
+  const path = keyFile(keysDir);
+  mkdirSync(keysDir, { recursive: true });
+  const set = existsSync(path) ? readSet(path) : { keys: [] };
+  const next = await rotate(set);
+  writeSet(path, next);
+  return next.keys[next.keys.length - 1]?.kid as string;
+}
+
+export function listKeyFile(keysDir: string): { kid: string; active: boolean }[] {
+  const path = keyFile(keysDir);
+  if (!existsSync(path)) return [];
+  const keys = readSet(path).keys;
+  const activeIndex = keys.map((k) => typeof k.d === 'string').lastIndexOf(true);
+  return keys.map((k, i) => ({ kid: String(k.kid), active: i === activeIndex }));
+}

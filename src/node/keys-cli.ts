@@ -1,0 +1,30 @@
+/**
+ * `npm run keys -- rotate` appends a new active signing key to `keys/signing-keys.json` and keeps
+ * the old ones for verification; `npm run keys -- list` shows the kids. Restart the server to use
+ * the new key. (With `WARRANT_SIGNING_KEYS`, rotate the JWK set you pass instead.)
+ */
+import { readConfig } from './config.js';
+import { listKeyFile, rotateKeyFile } from './keyfile.js';
+
+async function main(args: string[]): Promise<number> {
+  const config = readConfig(process.env);
+  if (args[0] === 'rotate') {
+    const kid = await rotateKeyFile(config.keysDir);
+    console.log(`new active key ${kid}; older keys are kept to verify. Restart the server to sign with it.`);
+    return 0;
+  }
+  if (args[0] === 'list') {
+    for (const k of listKeyFile(config.keysDir)) console.log(`${k.kid}${k.active ? '\tactive' : ''}`);
+    return 0;
+  }
+  console.error('usage: npm run keys -- rotate | list');
+  return 2;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (e: unknown) => {
+    console.error(`keys: ${e instanceof Error ? e.message : String(e)}`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,59 @@
+/**
+ * The Node server entry: configuration from the environment, embedded PGlite when DATABASE_URL is
+ * unset, migrations at start, and a clean shutdown on SIGTERM/SIGINT (stop accepting, flush the
+ * decision writer, close the database, exit).
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { serve } from '@hono/node-server';
+import { createApp } from '../http/app.js';
+import { createTenant } from '../service/tenants.js';
+import { Store } from '../store/store.js';
+import { DecisionWriter } from '../store/writer.js';
+import { log, readConfig } from './config.js';
+import { openDatabase } from './db.js';
+import { loadKeys } from './keyfile.js';
+
+async function main(): Promise<void> {
+  const config = readConfig(process.env);
+  const database = await openDatabase(config.databaseUrl === undefined ? { dataDir: config.dataDir } : { databaseUrl: config.databaseUrl });
+  await database.migrate();
+  const store = new Store(database.db);
+  const now = (): Date => new Date();
+  log({ msg: 'database ready', database: database.kind === 'pglite' ? `embedded PGlite at ${config.dataDir}` : 'PostgreSQL server' });
+
+  if (database.kind === 'pglite' && (await store.countTenants()) === 0) {
+    const { apiKey } = await createTenant(store, 'default', now());
+    const file = join(config.dataDir, 'default-api-key');
+    writeFileSync(file, `${apiKey}\n`, { mode: 0o600 });
+    log({ msg: 'created tenant "default"; its API key is in the file', file });
+  }
+
+  const keys = await loadKeys(config, log);
+  const writer = new DecisionWriter(database.db, { now });
+  const app = createApp({ store, writer, keys, now, log });
+  const server = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, (info) => {
+    log({ msg: `listening on http://${config.host}:${info.port}`, port: info.port, kid: keys.activeKid });
+  });
+
+  let stopping = false;
+  const stop = (signal: string): void => {
+    if (stopping) return;
+    stopping = true;
+    log({ msg: 'shutting down', signal });
+    server.close();
+    void (async () => {
+      await writer.flush();
+      await database.close();
+      process.exit(0);
+    })();
+    setTimeout(() => process.exit(1), 10_000).unref();
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+}
+
+main().catch((e: unknown) => {
+  log({ level: 'fatal', msg: 'could not start', error: e instanceof Error ? e.message : String(e) });
+  process.exit(1);
+});

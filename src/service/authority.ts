@@ -1,0 +1,510 @@
+/**
+ * The authority's use cases: mint, attenuate, approve, revoke, and the reads. Each turns a
+ * schema-validated request into canonical form, asks the pure core for the decision, and has the
+ * decision written (with its audit row) through the group-commit writer before it answers.
+ */
+import { checkAttenuation, type ChildSpec } from '../core/attenuate.js';
+import { checkValidity, deny, evaluateApprove, remainingOf, type ApproveRequest } from '../core/approve.js';
+import { fromMicro, toMicro } from '../core/money.js';
+import { canonicalObject, canonicalTarget } from '../core/objects.js';
+import { canonicalPredicate } from '../core/predicate.js';
+import type { ApproveBody, AttenuateBody, MintBody, RevokeBody } from '../core/schemas.js';
+import {
+  RIGHTS,
+  type CapabilityClaims,
+  type CanonicalObject,
+  type CanonicalPredicate,
+  type Deny,
+  type RawObject,
+  type RawPredicate,
+  type Right,
+  type VerifiedCapability,
+  type Violation,
+} from '../core/types.js';
+import { hashJson, newId } from '../crypto/hash.js';
+import type { KeyRing } from '../crypto/keys.js';
+import { signToken } from '../crypto/tokens.js';
+import { claim, markInDoubt, release, type Fence, type IdemKey, type StoredResponse } from '../store/idempotency.js';
+import { verifyChain } from '../store/audit.js';
+import { GENESIS_HASH, StoreUnavailable, type AuditFilter, type AuditRecord, type Store } from '../store/store.js';
+import { FenceLost, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
+import { ApiError, invalidRequest, unavailable, type FieldError } from './errors.js';
+import { TokenCache } from './token-cache.js';
+
+export interface AuthorityDeps {
+  readonly store: Store;
+  readonly writer: DecisionWriter;
+  readonly keys: KeyRing;
+  readonly now: () => Date;
+}
+
+export interface Reply {
+  readonly status: number;
+  readonly body: unknown;
+}
+
+const seconds = (d: Date): number => Math.floor(d.getTime() / 1000);
+export const rfc3339 = (epochSeconds: number): string => new Date(epochSeconds * 1000).toISOString().replace('.000Z', 'Z');
+
+function canonicalRights(rights: readonly Right[]): Right[] {
+  return RIGHTS.filter((r) => rights.includes(r));
+}
+
+function canonicalObjects(objects: readonly RawObject[], errors: FieldError[]): CanonicalObject[] {
+  const out: CanonicalObject[] = [];
+  objects.forEach((o, i) => {
+    const c = canonicalObject(o);
+    if (!c.ok) errors.push({ path: `objects.${i}`, message: c.error });
+    else if (!out.some((x) => JSON.stringify(x) === JSON.stringify(c.value))) out.push(c.value);
+  });
+  return out;
+}
+
+function canonicalPred(p: RawPredicate | undefined, errors: FieldError[]): CanonicalPredicate {
+  const c = canonicalPredicate(p ?? {});
+  if (c.ok) return c.value;
+  if ('errors' in c) errors.push(...c.errors.map((e) => ({ path: `predicate.${e.path}`, message: e.message })));
+  return {} as CanonicalPredicate;
+}
+
+/** The API form of a capability (API.md mint response, without the token). */
+function capabilityBody(c: CapabilityClaims): Record<string, unknown> {
+  return {
+    capability_id: c.id,
+    trajectory_id: c.trajectory,
+    parent_id: c.parent,
+    depth: c.depth,
+    rights: c.rights,
+    objects: c.objects,
+    predicate: c.predicate,
+    expires_at: rfc3339(c.exp),
+  };
+}
+
+export class Authority {
+  private readonly tokens: TokenCache;
+
+  constructor(private readonly deps: AuthorityDeps) {
+    this.tokens = new TokenCache(deps.keys);
+  }
+
+  // ---- mint -----------------------------------------------------------------------------------
+
+  async mint(tenantId: string, body: MintBody, idempotencyKey: string | undefined): Promise<Reply> {
+    const errors: FieldError[] = [];
+    const objects = canonicalObjects(body.objects, errors);
+    const predicate = canonicalPred(body.predicate, errors);
+    if (errors.length > 0) throw invalidRequest(errors);
+    const iat = seconds(this.deps.now());
+    const claims: CapabilityClaims = {
+      id: newId('cap'),
+      tenant: tenantId,
+      trajectory: body.trajectory_id,
+      parent: null,
+      depth: 0,
+      rights: canonicalRights(body.rights),
+      objects,
+      predicate,
+      iat,
+      nbf: iat,
+      exp: iat + body.ttl_s,
+    };
+    return this.issue(tenantId, 'mint', idempotencyKey, body, async (fence) => {
+      const token = await signToken(this.deps.keys, claims);
+      return this.deps.writer.submit({
+        tenantId,
+        fence,
+        run: async (tx) => {
+          await tx.insertCapability(this.newRow(claims, []));
+          return this.issued('mint', claims, token);
+        },
+      });
+    });
+  }
+
+  // ---- attenuate ------------------------------------------------------------------------------
+
+  async attenuate(tenantId: string, body: AttenuateBody, idempotencyKey: string | undefined): Promise<Reply> {
+    const errors: FieldError[] = [];
+    const objects = canonicalObjects(body.objects, errors);
+    const predicate = canonicalPred(body.predicate, errors);
+    if (errors.length > 0) throw invalidRequest(errors);
+    const verified = await this.tokens.verify(body.parent_token);
+    return this.issue(tenantId, 'attenuate', idempotencyKey, body, async (fence) => {
+      if (!verified.ok || verified.capability.tenant !== tenantId) {
+        const detail = !verified.ok ? verified.message : 'the parent capability belongs to another tenant';
+        return this.deps.writer.submit(this.refusal(tenantId, fence, null, body.trajectory_id ?? null, [{ component: 'parent', code: 'parent_invalid', detail }]));
+      }
+      const parent = verified.capability;
+      const iat = seconds(this.deps.now());
+      const child: ChildSpec = { rights: canonicalRights(body.rights), objects, predicate, exp: body.ttl_s === undefined ? parent.exp : iat + body.ttl_s };
+      const claims: CapabilityClaims = {
+        ...child,
+        id: newId('cap'),
+        tenant: tenantId,
+        trajectory: body.trajectory_id ?? parent.trajectory,
+        parent: parent.id,
+        depth: parent.depth + 1,
+        iat,
+        nbf: iat,
+      };
+      const violations = checkAttenuation(parent, child, iat * 1000);
+      const token = violations.length === 0 ? await signToken(this.deps.keys, claims) : '';
+      return this.deps.writer.submit({
+        tenantId,
+        fence,
+        run: async (tx, now) => {
+          const chain = await tx.lockChain(tenantId, parent.id);
+          const all = [...violations];
+          if (chain.length === 0 || chain[chain.length - 1]?.id !== parent.id) {
+            all.unshift({ component: 'parent', code: 'parent_invalid', detail: 'the parent capability is not known to this authority' });
+          } else {
+            const revoked = chain.find((l) => l.revoked);
+            if (revoked !== undefined) all.unshift({ component: 'parent', code: 'parent_revoked', detail: revoked.id === parent.id ? 'the parent capability is revoked' : `ancestor ${revoked.id} is revoked` });
+            if (parent.exp * 1000 <= now.getTime() && !all.some((v) => v.code === 'parent_expired')) {
+              all.unshift({ component: 'parent', code: 'parent_expired', detail: 'the parent capability has expired' });
+            }
+          }
+          if (all.length > 0) return this.refusal(tenantId, fence, parent.id, claims.trajectory, all).run(tx, now);
+          await tx.insertCapability(this.newRow(claims, chain.map((l) => l.id)));
+          return this.issued('attenuate', claims, token);
+        },
+      });
+    });
+  }
+
+  private refusal(tenantId: string, fence: Fence | null, parentId: string | null, trajectoryId: string | null, violations: Violation[]): DecisionUnit<IssueResult> {
+    const error = new ApiError(403, 'attenuation_refused', `the child would hold more than its parent: ${violations.map((v) => v.code).join(', ')}`, { violations });
+    const response = { status: 403, body: error.toBody() };
+    return {
+      tenantId,
+      fence,
+      run: async () => ({
+        result: { response },
+        response,
+        audit: {
+          id: newId('aud'),
+          event: 'attenuate',
+          decision: 'deny',
+          reasonCode: violations[0]?.code ?? null,
+          capabilityId: null,
+          parentId,
+          trajectoryId,
+          op: null,
+          target: null,
+          cost: null,
+          callId: null,
+          detail: { violations },
+        },
+      }),
+    };
+  }
+
+  private newRow(c: CapabilityClaims, ancestors: string[]) {
+    return {
+      id: c.id,
+      tenantId: c.tenant,
+      trajectoryId: c.trajectory,
+      parentId: c.parent,
+      ancestors,
+      depth: c.depth,
+      rights: c.rights,
+      objects: c.objects,
+      predicate: c.predicate,
+      budget: c.predicate.budget === undefined ? null : (toMicro(c.predicate.budget) as { value: bigint }).value,
+      maxCalls: c.predicate.max_calls ?? null,
+      kid: this.deps.keys.activeKid,
+      issuedAt: new Date(c.iat * 1000),
+      expiresAt: new Date(c.exp * 1000),
+    };
+  }
+
+  private issued(event: 'mint' | 'attenuate', claims: CapabilityClaims, token: string) {
+    const body = capabilityBody(claims);
+    const response: StoredResponse = { status: 201, body: { ...body, claims } };
+    return {
+      result: { response: { status: 201, body: { ...body, token } } },
+      response,
+      audit: {
+        id: newId('aud'),
+        event,
+        decision: 'grant' as const,
+        reasonCode: null,
+        capabilityId: claims.id,
+        parentId: claims.parent,
+        trajectoryId: claims.trajectory,
+        op: null,
+        target: null,
+        cost: null,
+        callId: null,
+        detail: { rights: claims.rights, objects: claims.objects, predicate: claims.predicate, expires_at: rfc3339(claims.exp) },
+      },
+    };
+  }
+
+  /** Runs an issuing decision under its Idempotency-Key (API.md: same key and body → first response). */
+  private async issue(tenantId: string, scope: 'mint' | 'attenuate', key: string | undefined, body: unknown, decide: (fence: Fence | null) => Promise<IssueResult>): Promise<Reply> {
+    const outcome = await this.idempotent({ tenantId, scope, key }, key === undefined ? undefined : hashJson(body), decide);
+    if ('replay' in outcome) return this.replayIssued(outcome.replay);
+    return outcome.result.response;
+  }
+
+  /**
+   * Stored responses of issuing decisions keep the claims, not the token: a replay signs them
+   * again (Ed25519 is deterministic, so with the same key it is the same token), and no bearer
+   * token sits in the database.
+   */
+  private async replayIssued(stored: StoredResponse): Promise<Reply> {
+    const body = stored.body as Record<string, unknown>;
+    if (stored.status !== 201) return stored;
+    const { claims, ...rest } = body as { claims: CapabilityClaims };
+    return { status: 201, body: { ...rest, token: await signToken(this.deps.keys, claims) } };
+  }
+
+  // ---- approve --------------------------------------------------------------------------------
+
+  async approve(tenantId: string, body: ApproveBody): Promise<Reply> {
+    const errors: FieldError[] = [];
+    const target = canonicalTarget(body.target);
+    if (!target.ok) errors.push({ path: `target.${body.target.kind === 'url' ? 'url' : body.target.kind === 'path' ? 'path' : 'name'}`, message: target.error });
+    const cost = toMicro(body.cost);
+    if (!cost.ok) errors.push({ path: 'cost', message: cost.error });
+    if (!target.ok || !cost.ok) throw invalidRequest(errors);
+    const req: ApproveRequest = { op: body.op, target: target.value, cost: cost.value, args: body.args ?? {} };
+    const callId = body.call_id ?? null;
+
+    const verified = await this.tokens.verify(body.token);
+    if (!verified.ok) return this.approveReply(await this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, deny(verified.code, verified.message))));
+    const cap = verified.capability;
+    if (cap.tenant !== tenantId) {
+      const d = deny('tenant_mismatch', 'the capability belongs to another tenant');
+      return this.approveReply(await this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, d)));
+    }
+    const requestHash = hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args });
+    const outcome = await this.idempotent(
+      { tenantId, scope: 'approve', key: callId === null ? undefined : `${cap.id}:${callId}` },
+      requestHash,
+      (fence) => this.deps.writer.submit(this.approveUnit(tenantId, fence, cap, req, callId, null)),
+    );
+    return 'replay' in outcome ? outcome.replay : this.approveReply(outcome.result);
+  }
+
+  private approveUnit(tenantId: string, fence: Fence | null, cap: VerifiedCapability | null, req: ApproveRequest, callId: string | null, preDenied: Deny | null): DecisionUnit<ApproveResult> {
+    return {
+      tenantId,
+      fence,
+      run: async (tx, now) => {
+        let decision: ApproveResult['decision'] = preDenied ?? deny('bad_token', 'no capability');
+        let remaining: { budgetRemaining: bigint | null; callsRemaining: number | null } = { budgetRemaining: null, callsRemaining: null };
+        if (cap !== null && preDenied === null) {
+          const invalid = checkValidity(cap, now.getTime());
+          const chain = invalid === null ? await tx.lockChain(tenantId, cap.id) : [];
+          if (invalid !== null) decision = invalid;
+          else if (chain[chain.length - 1]?.id !== cap.id) decision = deny('bad_token', 'the capability is not known to this authority');
+          else {
+            const d = evaluateApprove(cap, req, now.getTime(), chain);
+            decision = d;
+            if (d.decision === 'grant') {
+              await tx.charge(chain.map((l) => l.id), req.cost);
+              remaining = { budgetRemaining: d.budgetRemaining, callsRemaining: d.callsRemaining };
+            } else remaining = remainingOf(chain);
+          }
+        }
+        const auditId = newId('aud');
+        const result: ApproveResult = { decision, remaining, auditId, capabilityId: cap?.id ?? null };
+        return {
+          result,
+          response: { status: 200, body: approveBody(result) },
+          audit: {
+            id: auditId,
+            event: 'approve',
+            decision: decision.decision,
+            reasonCode: decision.decision === 'deny' ? decision.code : null,
+            capabilityId: cap?.id ?? null,
+            parentId: cap?.parent ?? null,
+            trajectoryId: cap?.trajectory ?? null,
+            op: req.op,
+            target: req.target,
+            cost: req.cost,
+            callId,
+            detail: decision.decision === 'deny' ? { message: decision.message } : null,
+          },
+        };
+      },
+    };
+  }
+
+  private approveReply(r: ApproveResult): Reply {
+    return { status: 200, body: approveBody(r) };
+  }
+
+  // ---- revoke ---------------------------------------------------------------------------------
+
+  async revoke(tenantId: string, body: RevokeBody): Promise<Reply> {
+    const reason = body.reason ?? null;
+    const revoked = await this.guard(() =>
+      this.deps.writer.submit<string[] | null>({
+        tenantId,
+        fence: null,
+        run: async (tx, now) => {
+          const chain = await tx.lockChain(tenantId, body.capability_id);
+          const self = chain[chain.length - 1];
+          if (self?.id !== body.capability_id) return { result: null, audit: null };
+          const ids = await tx.revokeSubtree(tenantId, body.capability_id, now, reason);
+          return {
+            result: ids,
+            audit: {
+              id: newId('aud'),
+              event: 'revoke',
+              decision: 'grant',
+              reasonCode: null,
+              capabilityId: body.capability_id,
+              parentId: chain[chain.length - 2]?.id ?? null,
+              trajectoryId: null,
+              op: null,
+              target: null,
+              cost: null,
+              callId: null,
+              detail: { revoked: ids, reason },
+            },
+          };
+        },
+      }),
+    );
+    if (revoked === null) throw new ApiError(404, 'not_found', 'no such capability');
+    return { status: 200, body: { revoked } };
+  }
+
+  // ---- idempotency and failure ----------------------------------------------------------------
+
+  /** Runs `decide` under an idempotency key (when given): claim, decide, and settle on failure. */
+  private async idempotent<R>(k: Omit<IdemKey, 'key'> & { key: string | undefined }, requestHash: string | undefined, decide: (fence: Fence | null) => Promise<R>): Promise<{ result: R } | { replay: StoredResponse }> {
+    if (k.key === undefined || requestHash === undefined) return { result: await this.guard(() => decide(null)) };
+    const key: IdemKey = { tenantId: k.tenantId, scope: k.scope, key: k.key };
+    const c = await this.guard(() => claim(this.deps.store.db, key, requestHash, newId('own'), this.deps.now()));
+    switch (c.kind) {
+      case 'completed':
+        return { replay: c.response };
+      case 'conflict':
+        throw new ApiError(409, 'idempotency_conflict', 'this idempotency key was used with a different request');
+      case 'in_flight':
+        throw new ApiError(409, 'in_flight', 'a request with this idempotency key is still being decided');
+      case 'claimed':
+        try {
+          return { result: await decide(c.fence) };
+        } catch (e) {
+          await this.settleFailure(c.fence, e);
+          if (e instanceof FenceLost) throw new ApiError(409, 'in_flight', 'the idempotency key was taken over by a repeat of this request');
+          throw e instanceof ApiError ? e : e instanceof StoreUnavailable ? unavailable() : e;
+        }
+    }
+  }
+
+  private async settleFailure(fence: Fence, e: unknown): Promise<void> {
+    try {
+      if (e instanceof StoreUnavailable && e.outcome === 'unknown') await markInDoubt(this.deps.store.db, fence);
+      else if (!(e instanceof FenceLost)) await release(this.deps.store.db, fence);
+    } catch {
+      // The database is unreachable: the claim stays in flight and a repeat takes it over after the lease.
+    }
+  }
+
+  /** Any store failure becomes 503: fail closed. */
+  private async guard<R>(f: () => Promise<R>): Promise<R> {
+    try {
+      return await f();
+    } catch (e) {
+      if (e instanceof ApiError) throw e;
+      throw unavailable();
+    }
+  }
+}
+
+interface IssueResult {
+  readonly response: Reply;
+}
+
+interface ApproveResult {
+  readonly decision: Deny | { decision: 'grant' };
+  readonly remaining: { budgetRemaining: bigint | null; callsRemaining: number | null };
+  readonly auditId: string;
+  readonly capabilityId: string | null;
+}
+
+function approveBody(r: ApproveResult): Record<string, unknown> {
+  return {
+    decision: r.decision.decision,
+    reason: r.decision.decision === 'deny' ? { code: r.decision.code, message: r.decision.message } : null,
+    capability_id: r.capabilityId,
+    audit_id: r.auditId,
+    budget_remaining: r.remaining.budgetRemaining === null ? null : fromMicro(r.remaining.budgetRemaining),
+    calls_remaining: r.remaining.callsRemaining,
+  };
+}
+
+/** The reads of the API (GET endpoints), each scoped to the calling tenant. */
+export class Reads {
+  constructor(
+    private readonly store: Store,
+    private readonly now: () => Date,
+  ) {}
+
+  async capability(tenantId: string, id: string): Promise<Reply> {
+    const view = await this.store.getCapability(tenantId, id);
+    if (view === null) throw new ApiError(404, 'not_found', 'no such capability');
+    const r = view.record;
+    const status = view.revoked ? 'revoked' : r.expiresAt.getTime() <= this.now().getTime() ? 'expired' : 'active';
+    return {
+      status: 200,
+      body: {
+        capability_id: r.id,
+        trajectory_id: r.trajectoryId,
+        parent_id: r.parentId,
+        depth: r.depth,
+        rights: r.rights,
+        objects: r.objects,
+        predicate: r.predicate,
+        issued_at: r.issuedAt.toISOString(),
+        expires_at: r.expiresAt.toISOString(),
+        status,
+        revoked_at: r.revokedAt?.toISOString() ?? null,
+        spent: fromMicro(BigInt(r.spent)),
+        calls: Number(r.calls),
+        children: view.children,
+      },
+    };
+  }
+
+  async audit(tenantId: string, f: AuditFilter): Promise<Reply> {
+    const { entries, nextSeq } = await this.store.listAudit(tenantId, f);
+    return { status: 200, body: { entries: entries.map(auditEntry), next: nextSeq === null ? null : String(nextSeq) } };
+  }
+
+  async verifyAudit(tenantId: string): Promise<Reply> {
+    const head = (await this.store.auditHead(tenantId)) ?? { seq: 0, hash: GENESIS_HASH, lastId: null };
+    const report = await verifyChain(this.store.auditChain(tenantId), head, GENESIS_HASH);
+    return { status: 200, body: report.ok ? report : { ok: false, first_bad_id: report.firstBadId, entries: report.entries } };
+  }
+}
+
+/** An audit row as API.md "GET /v1/audit" shows it. */
+export function auditEntry(r: AuditRecord): Record<string, unknown> {
+  return {
+    id: r.id,
+    seq: Number(r.seq),
+    at: r.at.toISOString(),
+    event: r.event,
+    decision: r.decision,
+    reason_code: r.reasonCode,
+    capability_id: r.capabilityId,
+    parent_id: r.parentId,
+    trajectory_id: r.trajectoryId,
+    op: r.op,
+    target: r.target,
+    cost: r.cost === null ? null : fromMicro(BigInt(r.cost)),
+    call_id: r.callId,
+    detail: r.detail,
+    hash: r.hash,
+    prev_hash: r.prevHash,
+  };
+}

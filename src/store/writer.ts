@@ -1,0 +1,164 @@
+/**
+ * The decision writer: group commit. Every decision (mint, attenuate, approve, revoke) is a unit
+ * run inside a batch transaction that first locks the heads of the tenants' audit chains, so each
+ * tenant's decisions are totally ordered across all instances; then each unit reads and changes
+ * the store under that lock, its audit row is chained, and one commit makes a whole batch durable.
+ * No unit's promise resolves before its batch has committed: fail closed.
+ */
+import { inArray, sql } from 'drizzle-orm';
+import { rowHash } from './audit.js';
+import { complete, holdFence, type Fence, type StoredResponse } from './idempotency.js';
+import { audit, auditHeads } from './schema.js';
+import { decisionTx, jsonb, StoreUnavailable, type AuditRecord, type Db, type DecisionTx, type Tx } from './store.js';
+
+/** The audit row of a decision, without its chain fields. */
+export interface AuditDraft {
+  readonly id: string;
+  readonly event: 'mint' | 'attenuate' | 'approve' | 'revoke';
+  readonly decision: 'grant' | 'deny';
+  readonly reasonCode: string | null;
+  readonly capabilityId: string | null;
+  readonly parentId: string | null;
+  readonly trajectoryId: string | null;
+  readonly op: string | null;
+  readonly target: unknown;
+  readonly cost: bigint | null;
+  readonly callId: string | null;
+  readonly detail: unknown;
+}
+
+export interface Decided<R> {
+  readonly result: R;
+  /** Null when the unit turned out to decide nothing (e.g. revoking an unknown id). */
+  readonly audit: AuditDraft | null;
+  /** Stored on the idempotency record, when the unit holds one. */
+  readonly response?: StoredResponse;
+}
+
+export interface DecisionUnit<R> {
+  readonly tenantId: string;
+  readonly fence: Fence | null;
+  /** Runs under the tenant's chain lock; `now` is the decision time, also the audit row's. */
+  run(tx: DecisionTx, now: Date): Promise<Decided<R>>;
+}
+
+/** The unit's idempotency claim was taken over before its batch ran; it decided nothing. */
+export class FenceLost extends Error {
+  readonly code = 'in_flight';
+}
+
+interface Pending {
+  readonly unit: DecisionUnit<unknown>;
+  readonly resolve: (v: unknown) => void;
+  readonly reject: (e: unknown) => void;
+}
+
+type Settle = { ok: true; value: unknown } | { ok: false; error: unknown };
+
+export interface WriterOptions {
+  readonly now: () => Date;
+  /** Most units in one transaction. */
+  readonly maxBatch?: number;
+  readonly onBatch?: (size: number) => void;
+}
+
+export class DecisionWriter {
+  private queue: Pending[] = [];
+  private running: Promise<void> | null = null;
+  private readonly maxBatch: number;
+
+  constructor(
+    private readonly db: Db,
+    private readonly options: WriterOptions,
+  ) {
+    this.maxBatch = options.maxBatch ?? 256;
+  }
+
+  /** Queues a decision; resolves after the batch holding its audit row has committed. */
+  submit<R>(unit: DecisionUnit<R>): Promise<R> {
+    return new Promise<R>((resolve, reject) => {
+      this.queue.push({ unit: unit as DecisionUnit<unknown>, resolve: resolve as (v: unknown) => void, reject });
+      this.running ??= this.drain();
+    });
+  }
+
+  /** Resolves when every queued decision has been written (for clean shutdown). */
+  async flush(): Promise<void> {
+    while (this.running !== null) await this.running;
+  }
+
+  private async drain(): Promise<void> {
+    try {
+      while (this.queue.length > 0) {
+        const batch = this.queue.splice(0, this.maxBatch);
+        this.options.onBatch?.(batch.length);
+        await this.runBatch(batch);
+      }
+    } finally {
+      this.running = null;
+    }
+  }
+
+  private async runBatch(batch: Pending[]): Promise<void> {
+    const settled: Settle[] = [];
+    let bodyDone = false;
+    try {
+      await this.db.transaction(async (tx) => {
+        await this.decideAll(tx, batch, settled);
+        bodyDone = true;
+      });
+    } catch (e) {
+      // Before COMMIT was sent nothing can have committed; a failure after it leaves the outcome unknown.
+      const failure = new StoreUnavailable('the database did not commit the decision', bodyDone ? 'unknown' : 'rolled_back', { cause: e });
+      for (const p of batch) p.reject(failure);
+      return;
+    }
+    batch.forEach((p, i) => {
+      const s = settled[i];
+      if (s?.ok === true) p.resolve(s.value);
+      else p.reject(s?.error ?? new Error('unit not run'));
+    });
+  }
+
+  private async decideAll(tx: Tx, batch: Pending[], settled: Settle[]): Promise<void> {
+    const now = this.options.now();
+    const tenantIds = [...new Set(batch.map((p) => p.unit.tenantId))].sort();
+    const heads = await tx
+      .select()
+      .from(auditHeads)
+      .where(inArray(auditHeads.tenantId, tenantIds))
+      .orderBy(auditHeads.tenantId)
+      .for('update');
+    const chain = new Map(heads.map((h) => [h.tenantId, { seq: Number(h.seq), hash: h.hash, lastId: h.lastId }]));
+    const rows: AuditRecord[] = [];
+    const dtx = decisionTx(tx);
+    for (const { unit } of batch) {
+      const head = chain.get(unit.tenantId);
+      if (head === undefined) {
+        settled.push({ ok: false, error: new Error('unknown tenant') });
+        continue;
+      }
+      if (unit.fence !== null && !(await holdFence(tx, unit.fence))) {
+        settled.push({ ok: false, error: new FenceLost('the idempotency key was taken over') });
+        continue;
+      }
+      const out = await unit.run(dtx, now);
+      if (out.audit !== null) {
+        const { cost, ...draft } = out.audit;
+        const row = { ...draft, tenantId: unit.tenantId, seq: head.seq + 1, at: now, cost: cost === null ? null : cost.toString(), prevHash: head.hash };
+        const full = { ...row, hash: rowHash(row) };
+        rows.push(full);
+        chain.set(unit.tenantId, { seq: full.seq, hash: full.hash, lastId: full.id });
+      }
+      if (unit.fence !== null && out.response !== undefined) await complete(tx, unit.fence, out.response);
+      settled.push({ ok: true, value: out.result });
+    }
+    if (rows.length === 0) return;
+    await tx.insert(audit).values(rows.map((r) => ({ ...r, target: jsonb(r.target), detail: jsonb(r.detail) })));
+    for (const tenantId of new Set(rows.map((r) => r.tenantId))) {
+      const h = chain.get(tenantId);
+      if (h === undefined) continue;
+      await tx.update(auditHeads).set({ seq: h.seq, hash: h.hash, lastId: h.lastId }).where(sql`${auditHeads.tenantId} = ${tenantId}`);
+    }
+  }
+}
