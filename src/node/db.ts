@@ -20,6 +20,8 @@ const MIGRATION_LOCK = 0x57_41_52_52; // "WARR"
 export interface Database {
   readonly kind: 'postgres' | 'pglite';
   readonly db: Db;
+  /** The embedded client, when the database is PGlite (tests dump it to start others fast). */
+  readonly pglite?: PGlite;
   migrate(): Promise<void>;
   close(): Promise<void>;
 }
@@ -66,6 +68,7 @@ async function openPglite(o: DatabaseOptions): Promise<Database> {
   return {
     kind: 'pglite',
     db,
+    pglite: client,
     async migrate() {
       await migratePglite(drizzlePglite(client), { migrationsFolder: MIGRATIONS });
     },
@@ -74,6 +77,3 @@ async function openPglite(o: DatabaseOptions): Promise<Database> {
     },
   };
 }
-
-/** The raw PGlite client of an embedded database (tests dump it to start other instances fast). */
-export type { PGlite };
