@@ -118,7 +118,8 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
 
   app.use('/v1/*', async (c, next) => {
     c.header('Cache-Control', 'no-store');
-    const m = /^Bearer (\S+)$/.exec(c.req.header('authorization') ?? '');
+    // RFC 7235: the auth scheme is case-insensitive.
+    const m = /^Bearer +(\S+)$/i.exec(c.req.header('authorization') ?? '');
     let tenant;
     try {
       tenant = m === null ? null : await auth.authenticate(m[1] as string);

@@ -342,6 +342,9 @@ export class Authority {
 
   async revoke(tenantId: string, body: RevokeBody): Promise<Reply> {
     const reason = body.reason ?? null;
+    // A capability's trajectory never changes: read it first, so the revoke row is found by trajectory.
+    const target = await this.guard(() => this.deps.store.getCapability(tenantId, body.capability_id));
+    if (target === null) throw new ApiError(404, 'not_found', 'no such capability');
     const revoked = await this.guard(() =>
       this.deps.writer.submit<string[] | null>({
         tenantId,
@@ -360,7 +363,7 @@ export class Authority {
               reasonCode: null,
               capabilityId: body.capability_id,
               parentId: chain[chain.length - 2]?.id ?? null,
-              trajectoryId: null,
+              trajectoryId: target.record.trajectoryId,
               op: null,
               target: null,
               cost: null,
@@ -464,8 +467,8 @@ export class Reads {
         rights: r.rights,
         objects: r.objects,
         predicate: r.predicate,
-        issued_at: r.issuedAt.toISOString(),
-        expires_at: r.expiresAt.toISOString(),
+        issued_at: rfc3339(seconds(r.issuedAt)),
+        expires_at: rfc3339(seconds(r.expiresAt)),
         status,
         revoked_at: r.revokedAt?.toISOString() ?? null,
         spent: fromMicro(BigInt(r.spent)),
