@@ -1,0 +1,148 @@
+/**
+ * `npm run bench:core`: in-process cost of Warrant's decisions on already verified capabilities
+ * (approve evaluation, attenuation check) against Biscuit verify+authorize of an equivalent token
+ * (@biscuit-auth/biscuit-wasm), with ops/s and the ratio; plus the byte size of a typical root and
+ * child token. Run through `node --experimental-wasm-modules` (the Biscuit package imports .wasm).
+ */
+import { Biscuit, AuthorizerBuilder, KeyPair, SignatureAlgorithm, type PublicKey } from '@biscuit-auth/biscuit-wasm';
+import { checkAttenuation, type ChildSpec } from '../src/core/attenuate.js';
+import { evaluateApprove, type ApproveRequest, type ChainLink } from '../src/core/approve.js';
+import { canonicalObject, canonicalTarget } from '../src/core/objects.js';
+import { canonicalPredicate } from '../src/core/predicate.js';
+import type { CapabilityClaims, CanonicalObject, CanonicalPredicate, CanonicalTarget, RawObject, RawPredicate, RawTarget, VerifiedCapability } from '../src/core/types.js';
+import { generateSigningJwk, loadKeyRing } from '../src/crypto/keys.js';
+import { signToken, verifyToken } from '../src/crypto/tokens.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
+const NOW = Date.parse('2026-06-01T12:00:00Z');
+const iat = NOW / 1000;
+
+function must<T>(r: { ok: true; value: T } | { ok: false }): T {
+  if (!r.ok) throw new Error('canonicalization failed in the bench fixture');
+  return r.value;
+}
+const obj = (o: RawObject): CanonicalObject => must(canonicalObject(o));
+const tgt = (t: RawTarget): CanonicalTarget => must(canonicalTarget(t));
+const pred = (p: RawPredicate): CanonicalPredicate => {
+  const c = canonicalPredicate(p);
+  if (!c.ok) throw new Error('predicate fixture');
+  return c.value;
+};
+
+/** Runs `f` repeatedly for about SECONDS and returns operations per second. */
+function opsPerSecond(f: (i: number) => unknown): number {
+  let n = 0;
+  const until = performance.now() + SECONDS * 1000;
+  let sink = 0;
+  while (performance.now() < until) {
+    for (let k = 0; k < 200; k += 1) if (f(n++) !== undefined) sink += 1;
+  }
+  if (sink < 0) console.log(sink);
+  return n / SECONDS;
+}
+
+async function main(): Promise<void> {
+  const ring = await loadKeyRing({ keys: [await generateSigningJwk()] });
+  const root: CapabilityClaims = {
+    id: 'cap_01JDQ4V8Y8N3Z5K6P7R2S9T0AB',
+    tenant: 'ten_01JDQ4V8Y8N3Z5K6P7R2S9T0AB',
+    trajectory: 'traj-2026-06-01-7f3a',
+    parent: null,
+    depth: 0,
+    rights: ['read', 'write', 'execute'],
+    objects: [obj({ kind: 'path', prefix: '/workspace/traj-7f3a' }), obj({ kind: 'url', prefix: 'https://api.github.com/repos/acme/' }), obj({ kind: 'repo', name: 'github.com/acme/widgets' })],
+    predicate: pred({ max_cost: 1, budget: 25, max_calls: 500, max_depth: 3, args: [{ kind: 'max', arg: 'timeout_ms', value: 30000 }, { kind: 'max_length', arg: 'command', value: 8192 }] }),
+    iat,
+    nbf: iat,
+    exp: iat + 3600,
+  };
+  const child: CapabilityClaims = {
+    ...root,
+    id: 'cap_01JDQ4W2C5D6E7F8G9H0J1K2LM',
+    trajectory: 'traj-2026-06-01-7f3a.sub-1',
+    parent: root.id,
+    depth: 1,
+    rights: ['read', 'write'],
+    objects: [obj({ kind: 'path', prefix: '/workspace/traj-7f3a/src' })],
+    predicate: pred({ max_cost: 0.5, budget: 5, max_calls: 100, max_depth: 1, args: [{ kind: 'max', arg: 'timeout_ms', value: 10000 }, { kind: 'max_length', arg: 'command', value: 4096 }] }),
+    exp: iat + 600,
+  };
+  const rootToken = await signToken(ring, root);
+  const childToken = await signToken(ring, child);
+  const verified = await verifyToken(ring, childToken);
+  const parentVerified = await verifyToken(ring, rootToken);
+  if (!verified.ok || !parentVerified.ok) throw new Error('fixture tokens do not verify');
+  const cap: VerifiedCapability = verified.capability;
+
+  const chain: ChainLink[] = [
+    { id: root.id, revoked: false, budget: 25_000_000n, spent: 3_000_000n, maxCalls: 500, calls: 40 },
+    { id: child.id, revoked: false, budget: 5_000_000n, spent: 1_000_000n, maxCalls: 100, calls: 12 },
+  ];
+  const requests: ApproveRequest[] = [
+    { op: 'read', target: tgt({ kind: 'path', path: '/workspace/traj-7f3a/src/main.ts' }), cost: 10_000n, args: { timeout_ms: 5000, command: 'cat src/main.ts' } },
+    { op: 'write', target: tgt({ kind: 'path', path: '/workspace/traj-7f3a/src/lib/util.ts' }), cost: 250_000n, args: { timeout_ms: 8000, command: 'apply patch' } },
+    { op: 'read', target: tgt({ kind: 'path', path: '/workspace/traj-7f3a/src/../../../etc/passwd' }), cost: 10_000n, args: { timeout_ms: 5000, command: 'cat' } },
+    { op: 'execute', target: tgt({ kind: 'path', path: '/workspace/traj-7f3a/src/run.sh' }), cost: 10_000n, args: { timeout_ms: 5000, command: './run.sh' } },
+  ];
+  const spec: ChildSpec = { rights: child.rights, objects: child.objects, predicate: child.predicate, exp: child.exp };
+
+  const approveOps = opsPerSecond((i) => evaluateApprove(cap, requests[i % requests.length] as ApproveRequest, NOW, chain));
+  const attenuateOps = opsPerSecond(() => checkAttenuation(parentVerified.capability, spec, NOW));
+
+  // Biscuit: the same root (rights, objects, bounds) and the same child attenuation as a block.
+  const kp = new KeyPair(SignatureAlgorithm.Ed25519);
+  const builder = Biscuit.builder();
+  builder.addCode(`
+    right("read"); right("write"); right("execute");
+    path_prefix("/workspace/traj-7f3a"); url_prefix("https://api.github.com/repos/acme/"); repo("github.com/acme/widgets");
+    check if time($t), $t <= ${new Date(root.exp * 1000).toISOString()};
+    check if operation($op), right($op);
+    check if resource($r), path_prefix($p), $r.starts_with($p + "/") or resource($r), path_prefix($r);
+    check if arg("timeout_ms", $v), $v <= 30000;
+    check if cost($c), $c <= 1000000;
+  `);
+  const block = Biscuit.block_builder();
+  block.addCode(`
+    check if operation($op), ["read", "write"].contains($op);
+    check if resource($r), $r.starts_with("/workspace/traj-7f3a/src/");
+    check if arg("timeout_ms", $v), $v <= 10000;
+    check if cost($c), $c <= 500000;
+    check if time($t), $t <= ${new Date(child.exp * 1000).toISOString()};
+  `);
+  const biscuitToken = builder.build(kp.getPrivateKey()).appendBlock(block).toBase64();
+  const publicKey: PublicKey = kp.getPublicKey();
+  const biscuitCheck = (i: number): number => {
+    const req = requests[i % requests.length] as ApproveRequest;
+    const token = Biscuit.fromBase64(biscuitToken, publicKey);
+    const ab = new AuthorizerBuilder();
+    const path = req.target.kind === 'path' ? req.target.path : '';
+    ab.addCode(`time(${new Date(NOW).toISOString()}); operation("${req.op}"); resource("${path}"); arg("timeout_ms", ${Number(req.args.timeout_ms)}); cost(${req.cost}); allow if true;`);
+    const authorizer = ab.buildAuthenticated(token);
+    let out = 0;
+    try {
+      out = authorizer.authorize();
+    } catch (e) {
+      if (process.env.BENCH_DEBUG) console.log(i, e);
+      out = -1;
+    }
+    authorizer.free(); // buildAuthenticated consumed the builder
+    token.free();
+    return out;
+  };
+  // Warm up first: a cold first run can exceed Biscuit's default 1 ms run limit.
+  for (let i = 0; i < 200; i += 1) biscuitCheck(i);
+  // The fixture must decide alike: grant, grant, deny (outside), deny (execute not held by the child).
+  const biscuitDecisions = requests.map((_, i) => biscuitCheck(i) >= 0);
+  const warrantDecisions = requests.map((r) => evaluateApprove(cap, r, NOW, chain).decision === 'grant');
+  if (JSON.stringify(biscuitDecisions) !== JSON.stringify(warrantDecisions)) throw new Error(`fixtures disagree: biscuit ${biscuitDecisions}, warrant ${warrantDecisions}`);
+  const biscuitOps = opsPerSecond(biscuitCheck);
+
+  const line = (name: string, ops: number): string => `${name.padEnd(40)} ${Math.round(ops).toLocaleString('en-US').padStart(12)} ops/s`;
+  console.log(line('warrant approve (verified capability)', approveOps));
+  console.log(line('warrant attenuation check', attenuateOps));
+  console.log(line('biscuit verify+authorize (wasm)', biscuitOps));
+  console.log(`token bytes: root ${rootToken.length}, child ${childToken.length}; biscuit root+block ${biscuitToken.length}`);
+  console.log(`core/biscuit ratio: ${(approveOps / biscuitOps).toFixed(0)}`);
+}
+
+await main();
