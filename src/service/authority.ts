@@ -153,6 +153,7 @@ export class Authority {
       return this.deps.writer.submit({
         tenantId,
         fence,
+        chainOf: parent.id,
         run: async (tx, now) => {
           const chain = await tx.lockChain(tenantId, parent.id);
           const all = [...violations];
@@ -280,7 +281,8 @@ export class Authority {
       const d = deny('tenant_mismatch', 'the capability belongs to another tenant');
       return this.approveReply(await this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, d)));
     }
-    const requestHash = hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args });
+    // Hashed only when a call_id asks for idempotency: it is on every approval's path otherwise.
+    const requestHash = callId === null ? undefined : hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args });
     const outcome = await this.idempotent(
       { tenantId, scope: 'approve', key: callId === null ? undefined : `${cap.id}:${callId}` },
       requestHash,
@@ -293,6 +295,7 @@ export class Authority {
     return {
       tenantId,
       fence,
+      ...(cap !== null && preDenied === null ? { chainOf: cap.id } : {}),
       run: async (tx, now) => {
         let decision: ApproveResult['decision'] = preDenied ?? deny('bad_token', 'no capability');
         let remaining: { budgetRemaining: bigint | null; callsRemaining: number | null } = { budgetRemaining: null, callsRemaining: null };
@@ -349,6 +352,7 @@ export class Authority {
       this.deps.writer.submit<string[] | null>({
         tenantId,
         fence: null,
+        chainOf: body.capability_id,
         run: async (tx, now) => {
           const chain = await tx.lockChain(tenantId, body.capability_id);
           const self = chain[chain.length - 1];

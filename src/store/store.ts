@@ -9,7 +9,7 @@ import type { ChainLink } from '../core/approve.js';
 import { audit, auditHeads, capabilities, idempotency, tenants } from './schema.js';
 
 // Both drivers' databases and transactions share these shapes; their result kinds differ only for
-// raw `execute`, which this module never uses.
+// raw `execute`, whose result this module never reads.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type Db = PgDatabase<PgQueryResultHKT, any, any>;
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -85,54 +85,129 @@ export interface DecisionTx {
   revokeSubtree(tenantId: string, capabilityId: string, at: Date, reason: string | null): Promise<string[]>;
 }
 
-function toLink(r: { id: string; revokedAt: Date | null; budget: string | null; spent: string; maxCalls: number | null; calls: number }): ChainLink {
-  return {
-    id: r.id,
-    revoked: r.revokedAt !== null,
-    budget: r.budget === null ? null : BigInt(r.budget),
-    spent: BigInt(r.spent),
-    maxCalls: r.maxCalls === null ? null : Number(r.maxCalls),
-    calls: Number(r.calls),
-  };
+/** A chain link as held during a batch: its stored state plus this batch's charges. */
+interface HeldLink {
+  readonly tenantId: string;
+  readonly ancestors: readonly string[];
+  readonly depth: number;
+  revoked: boolean;
+  readonly budget: bigint | null;
+  spent: bigint;
+  readonly maxCalls: number | null;
+  calls: number;
 }
+
+const linkColumns = {
+  id: capabilities.id,
+  tenantId: capabilities.tenantId,
+  ancestors: capabilities.ancestors,
+  depth: capabilities.depth,
+  revokedAt: capabilities.revokedAt,
+  budget: capabilities.budget,
+  spent: capabilities.spent,
+  maxCalls: capabilities.maxCalls,
+  calls: capabilities.calls,
+};
+
+type LinkRow = { id: string; tenantId: string; ancestors: string[]; depth: number; revokedAt: Date | null; budget: string | null; spent: string; maxCalls: number | null; calls: number };
 
 /** jsonb through an explicit cast, so both drivers store the value itself, never a JSON string of it. */
 export function jsonb(v: unknown): SQL | null {
   return v === null || v === undefined ? null : sql`${JSON.stringify(v)}::jsonb`;
 }
 
-/** The decision-time operations, bound to one transaction. */
-export function decisionTx(tx: Tx): DecisionTx {
+/** The decision operations of one batch transaction, with the batch-wide steps the writer drives. */
+export interface BatchTx extends DecisionTx {
+  /** Reads and locks, in one statement, the chains of these capabilities (their ancestors included). */
+  prefetch(capabilityIds: readonly string[]): Promise<void>;
+  /** Writes back every charge of the batch in one statement. */
+  flush(): Promise<void>;
+}
+
+/**
+ * Decision operations bound to one batch transaction. Every chain is read once under FOR UPDATE and
+ * then held in memory: the row locks (and the tenant's audit-head lock taken before) mean nothing
+ * else can change those rows until commit, so charges accumulate here and are written back
+ * together, and a later unit of the same batch sees the charges of the earlier ones.
+ */
+export function decisionTx(tx: Tx): BatchTx {
+  const held = new Map<string, HeldLink>();
+  const dirty = new Set<string>();
+
+  const hold = (rows: LinkRow[]): void => {
+    for (const r of rows) {
+      if (held.has(r.id)) continue; // the held copy may carry this batch's charges
+      held.set(r.id, {
+        tenantId: r.tenantId,
+        ancestors: r.ancestors,
+        depth: r.depth,
+        revoked: r.revokedAt !== null,
+        budget: r.budget === null ? null : BigInt(r.budget),
+        spent: BigInt(r.spent),
+        maxCalls: r.maxCalls === null ? null : Number(r.maxCalls),
+        calls: Number(r.calls),
+      });
+    }
+  };
+
+  const lockRows = async (capabilityIds: readonly string[]): Promise<void> => {
+    if (capabilityIds.length === 0) return;
+    const ids = sql`ARRAY[${sql.join(
+      capabilityIds.map((id) => sql`${id}`),
+      sql`, `,
+    )}]::text[]`;
+    const rows = await tx
+      .select(linkColumns)
+      .from(capabilities)
+      .where(sql`${capabilities.id} IN (SELECT unnest(c.ancestors || c.id) FROM ${capabilities} c WHERE c.id = ANY(${ids}))`)
+      .orderBy(asc(capabilities.id))
+      .for('update');
+    hold(rows as LinkRow[]);
+  };
+
+  /** The held chain of a capability, root first, or null when some link is not held. */
+  const heldChain = (tenantId: string, capabilityId: string): ChainLink[] | null => {
+    const self = held.get(capabilityId);
+    if (self === undefined) return null;
+    if (self.tenantId !== tenantId) return [];
+    const out: ChainLink[] = [];
+    for (const id of [...self.ancestors, capabilityId]) {
+      const l = held.get(id);
+      if (l === undefined) return null;
+      out.push({ id, revoked: l.revoked, budget: l.budget, spent: l.spent, maxCalls: l.maxCalls, calls: l.calls });
+    }
+    return out;
+  };
+
   return {
+    prefetch: lockRows,
     async lockChain(tenantId, capabilityId) {
-      const rows = await tx
-        .select({
-          id: capabilities.id,
-          revokedAt: capabilities.revokedAt,
-          budget: capabilities.budget,
-          spent: capabilities.spent,
-          maxCalls: capabilities.maxCalls,
-          calls: capabilities.calls,
-        })
-        .from(capabilities)
-        .where(
-          and(
-            eq(capabilities.tenantId, tenantId),
-            or(
-              eq(capabilities.id, capabilityId),
-              sql`${capabilities.id} = ANY(SELECT unnest(c.ancestors) FROM ${capabilities} c WHERE c.id = ${capabilityId})`,
-            ),
-          ),
-        )
-        .orderBy(asc(capabilities.depth))
-        .for('update');
-      return rows.map(toLink);
+      const known = heldChain(tenantId, capabilityId);
+      if (known !== null) return known;
+      await lockRows([capabilityId]);
+      return heldChain(tenantId, capabilityId) ?? [];
     },
     async charge(ids, cost) {
-      await tx
-        .update(capabilities)
-        .set({ spent: sql`${capabilities.spent} + ${cost.toString()}::numeric`, calls: sql`${capabilities.calls} + 1` })
-        .where(inArray(capabilities.id, [...ids]));
+      for (const id of ids) {
+        const l = held.get(id);
+        if (l === undefined) throw new Error('charge of a capability whose chain was not locked');
+        l.spent += cost;
+        l.calls += 1;
+        dirty.add(id);
+      }
+    },
+    async flush() {
+      if (dirty.size === 0) return;
+      const ids = [...dirty];
+      const rows = ids.map((id) => {
+        const l = held.get(id) as HeldLink;
+        return sql`(${id}::text, ${l.spent.toString()}::numeric, ${l.calls}::bigint)`;
+      });
+      // The CHECK constraints (spent <= budget, calls <= max_calls) still guard this write.
+      await tx.execute(
+        sql`UPDATE ${capabilities} AS c SET spent = d.spent, calls = d.calls FROM (VALUES ${sql.join(rows, sql`, `)}) AS d(id, spent, calls) WHERE c.id = d.id`,
+      );
+      dirty.clear();
     },
     async insertCapability(c) {
       await tx.insert(capabilities).values({
@@ -156,6 +231,10 @@ export function decisionTx(tx: Tx): DecisionTx {
           ),
         )
         .returning({ id: capabilities.id, depth: capabilities.depth });
+      for (const r of rows) {
+        const l = held.get(r.id);
+        if (l !== undefined) l.revoked = true;
+      }
       return rows.sort((a, b) => a.depth - b.depth || (a.id < b.id ? -1 : 1)).map((r) => r.id);
     },
   };
