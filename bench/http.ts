@@ -19,6 +19,8 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const ROOTS = Number(process.env.BENCH_ROOTS ?? 200);
 const databaseUrl = process.env.DATABASE_URL?.trim() || undefined;
+/** Warrant processes behind the port (start:cluster); more than one needs DATABASE_URL. */
+const PROCESSES = Number(process.env.BENCH_PROCESSES ?? 1);
 
 interface Server {
   readonly url: string;
@@ -26,7 +28,7 @@ interface Server {
 }
 
 function start(script: string, env: Record<string, string>): Promise<Server> {
-  const flags = script.includes('main') && process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [];
+  const flags = (script.includes('main') || script.includes('cluster')) && process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [];
   const child = spawn(process.execPath, [...flags, '--import', 'tsx', script], { env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
   return new Promise((resolve, reject) => {
     let buf = '';
@@ -129,10 +131,12 @@ async function main(): Promise<void> {
     env.DATABASE_URL = databaseUrl;
   } else key = '';
   const bare = await start('bench/bare-server.ts', {});
-  const warrant = await start('src/node/main.ts', env);
+  if (PROCESSES > 1 && databaseUrl === undefined) throw new Error('BENCH_PROCESSES > 1 needs DATABASE_URL');
+  const warrant = await start(PROCESSES > 1 ? 'src/node/cluster.ts' : 'src/node/main.ts', { ...env, WARRANT_PROCESSES: String(PROCESSES) });
+  await new Promise((r) => setTimeout(r, 1000)); // the other workers of a cluster finish starting
   if (databaseUrl === undefined) key = readFileSync(join(env.WARRANT_DATA_DIR as string, 'default-api-key'), 'utf8').trim();
   try {
-    console.log(`warrant on ${databaseUrl === undefined ? 'embedded PGlite' : 'PostgreSQL'}; ${CONNECTIONS} connections, ${ROUNDS} rounds of ${SECONDS} s each`);
+    console.log(`warrant on ${databaseUrl === undefined ? 'embedded PGlite' : 'PostgreSQL'}, ${PROCESSES} process(es); ${CONNECTIONS} connections, ${ROUNDS} rounds of ${SECONDS} s each`);
     const bodies = await population(warrant.url, key);
     console.log(`${bodies.length} approve bodies over ${ROOTS} roots (half of them approved through a child)`);
     await load(bare.url, key, bodies, 2); // warm-up

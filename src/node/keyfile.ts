@@ -2,7 +2,7 @@
  * Signing keys for the Node entry: `WARRANT_SIGNING_KEYS` (a JWK set as JSON) when set; else the
  * ring in `<keys dir>/signing-keys.json`, generated on first start (git-ignored, mode 0600).
  */
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { JWK } from 'jose';
 import { generateSigningJwk, loadKeyRing, rotate, type KeyRing } from '../crypto/keys.js';
@@ -14,6 +14,21 @@ function writeSet(path: string, set: { keys: JWK[] }): void {
   const tmp = `${path}.tmp`;
   writeFileSync(tmp, `${JSON.stringify(set, null, 2)}\n`, { mode: 0o600 });
   renameSync(tmp, path);
+}
+
+/** Creates the file only if it does not exist yet (link is atomic); false when another process won. */
+function createSet(path: string, set: { keys: JWK[] }): boolean {
+  const tmp = `${path}.${process.pid}.${Date.now()}.tmp`;
+  writeFileSync(tmp, `${JSON.stringify(set, null, 2)}\n`, { mode: 0o600 });
+  try {
+    linkSync(tmp, path);
+    return true;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw e;
+  } finally {
+    unlinkSync(tmp);
+  }
 }
 
 function readSet(path: string): { keys: JWK[] } {
@@ -33,8 +48,8 @@ export async function loadKeys(config: Config, log: (e: Record<string, unknown>)
   const path = keyFile(config.keysDir);
   if (!existsSync(path)) {
     mkdirSync(config.keysDir, { recursive: true });
-    writeSet(path, { keys: [await generateSigningJwk()] });
-    log({ msg: 'generated a new signing key', file: path });
+    // Instances starting together (start:cluster) must end up with one ring, not one each.
+    if (createSet(path, { keys: [await generateSigningJwk()] })) log({ msg: 'generated a new signing key', file: path });
   }
   return loadKeyRing(readSet(path));
 }
