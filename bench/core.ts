@@ -134,7 +134,7 @@ async function main(): Promise<void> {
   // The fixture must decide alike: grant, grant, deny (outside), deny (execute not held by the child).
   const biscuitDecisions = requests.map((_, i) => biscuitCheck(i) >= 0);
   const warrantDecisions = requests.map((r) => evaluateApprove(cap, r, NOW, chain).decision === 'grant');
-  if (JSON.stringify(biscuitDecisions) !== JSON.stringify(warrantDecisions)) throw new Error(`fixtures disagree: biscuit ${biscuitDecisions}, warrant ${warrantDecisions}`);
+  if (JSON.stringify(biscuitDecisions) !== JSON.stringify(warrantDecisions)) throw new Error(`fixtures disagree: biscuit ${biscuitDecisions.join()}, warrant ${warrantDecisions.join()}`);
   const biscuitOps = opsPerSecond(biscuitCheck);
 
   const line = (name: string, ops: number): string => `${name.padEnd(40)} ${Math.round(ops).toLocaleString('en-US').padStart(12)} ops/s`;

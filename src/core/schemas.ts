@@ -14,7 +14,7 @@ const storable = (s: string): boolean => !s.includes('\0') && !LONE_SURROGATE.te
 
 /** A bounded string that Postgres can store unchanged. */
 export function text(max: number, min = 1): z.ZodString {
-  return z.string().min(min).max(max).refine(storable, 'must not contain NUL or unpaired surrogates') as unknown as z.ZodString;
+  return z.string().min(min).max(max).refine(storable, 'must not contain NUL or unpaired surrogates');
 }
 
 export const Id = z.string().min(1).max(64).regex(/^[A-Za-z0-9_-]+$/);

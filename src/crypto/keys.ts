@@ -44,9 +44,9 @@ export async function loadKeyRing(set: { keys?: unknown }): Promise<KeyRing> {
     const pub = { kty: 'OKP' as const, crv: 'Ed25519' as const, x: raw.x as string };
     const kid = typeof raw.kid === 'string' && raw.kid !== '' ? raw.kid : await calculateJwkThumbprint(pub);
     if (verifyKeys.has(kid)) throw new KeyRingError(`duplicate kid ${kid}`);
-    verifyKeys.set(kid, (await importJWK({ ...pub, alg: ALG }, ALG)) as CryptoKey);
+    verifyKeys.set(kid, await importJWK({ ...pub, alg: ALG }, ALG));
     publics.push({ ...pub, kid, alg: ALG, use: 'sig' });
-    if (typeof raw.d === 'string') active = { kid, key: (await importJWK({ ...pub, d: raw.d, alg: ALG }, ALG)) as CryptoKey };
+    if (typeof raw.d === 'string') active = { kid, key: await importJWK({ ...pub, d: raw.d, alg: ALG }, ALG) };
   }
   if (active === undefined) throw new KeyRingError('no key in the set has a private part to sign with');
   return { activeKid: active.kid, signingKey: active.key, verifyKeys, jwks: { keys: publics } };

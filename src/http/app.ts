@@ -109,7 +109,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     defaultHook: (result, c) => {
       if (!result.success) {
         const prefix = result.target === 'json' ? '' : result.target;
-        const e = invalidRequest(fieldErrors(result.error as unknown as ZodError, prefix));
+        const e = invalidRequest(fieldErrors(result.error, prefix));
         return c.json(e.toBody(), 400);
       }
       return undefined;

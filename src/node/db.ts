@@ -43,7 +43,7 @@ function openPostgres(url: string, max: number): Database {
   const client = postgres(url, { max, connect_timeout: 5, idle_timeout: 60, onnotice: () => {} });
   return {
     kind: 'postgres',
-    db: drizzlePostgres(client) as unknown as Db,
+    db: drizzlePostgres(client),
     async migrate() {
       // One connection, so the session-level advisory lock covers the migrator's statements.
       const one = postgres(url, { max: 1, connect_timeout: 5, onnotice: () => {} });

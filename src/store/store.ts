@@ -162,7 +162,7 @@ export function decisionTx(tx: Tx): BatchTx {
       .where(sql`${capabilities.id} IN (SELECT unnest(c.ancestors || c.id) FROM ${capabilities} c WHERE c.id = ANY(${ids}))`)
       .orderBy(asc(capabilities.id))
       .for('update');
-    hold(rows as LinkRow[]);
+    hold(rows);
   };
 
   /** The held chain of a capability, root first, or null when some link is not held. */

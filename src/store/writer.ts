@@ -79,7 +79,7 @@ export class DecisionWriter {
   /** Queues a decision; resolves after the batch holding its audit row has committed. */
   submit<R>(unit: DecisionUnit<R>): Promise<R> {
     return new Promise<R>((resolve, reject) => {
-      this.queue.push({ unit: unit as DecisionUnit<unknown>, resolve: resolve as (v: unknown) => void, reject });
+      this.queue.push({ unit, resolve: resolve as (v: unknown) => void, reject });
       this.running ??= this.drain();
     });
   }

@@ -234,7 +234,7 @@ describe.each(BACKENDS)('revoke and reads on %s', (backend) => {
       const x = await history();
       const r = await call('GET', `/v1/audit?${query(x)}`);
       expect(r.status).toBe(200);
-      expect((r.body.entries as Body[]).map((e) => `${e.event}/${e.decision}`)).toEqual(expected);
+      expect((r.body.entries as Body[]).map((e) => `${String(e.event)}/${String(e.decision)}`)).toEqual(expected);
     });
 
     test('limit and after paginate oldest first; next is null at the end', async () => {

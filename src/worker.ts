@@ -1,0 +1,101 @@
+/**
+ * The Cloudflare Workers entry: the same app as the Node server (createApp), its database reached
+ * through a Hyperdrive binding (`HYPERDRIVE`) or a `DATABASE_URL` secret with postgres.js, and its
+ * signing keys from the `WARRANT_SIGNING_KEYS` secret (a JWK set, as for Node). See wrangler.toml.
+ *
+ * Migrations are never run here: apply them from Node against the same database, by running
+ * `npm start` once with DATABASE_URL pointing at it (migrations run at start, under an advisory lock).
+ *
+ * Nothing here or below may import a Node built-in (test/layers.test.ts): postgres.js resolves to its
+ * Workers build (`workerd` export condition, cloudflare:sockets) when wrangler bundles it.
+ */
+import { drizzle } from 'drizzle-orm/postgres-js';
+import postgres from 'postgres';
+import { KeyRingError, loadKeyRing, type KeyRing } from './crypto/keys.js';
+import { createApp } from './http/app.js';
+import { unavailable } from './service/errors.js';
+import { Store, type Db } from './store/store.js';
+import { DecisionWriter } from './store/writer.js';
+
+/** The part of the Hyperdrive binding (workers-types `Hyperdrive`) this entry uses. */
+export interface HyperdriveBinding {
+  readonly connectionString: string;
+}
+
+/** Bindings and secrets, as wrangler.toml declares them. */
+export interface Env {
+  readonly HYPERDRIVE?: HyperdriveBinding;
+  readonly DATABASE_URL?: string;
+  readonly WARRANT_SIGNING_KEYS?: string;
+}
+
+/** One JSON object per line; Workers Logs keeps console output. Callers never pass tokens or keys. */
+function log(entry: Record<string, unknown>): void {
+  console.log(JSON.stringify({ time: new Date().toISOString(), level: 'info', ...entry }));
+}
+
+/** The answer while the Worker cannot serve: liveness stays up, everything else fails closed (API.md "Errors"). */
+function notServing(request: Request): Response {
+  if (new URL(request.url).pathname === '/healthz') return Response.json({ ok: true });
+  return Response.json(unavailable().toBody(), { status: 503, headers: { 'Cache-Control': 'no-store' } });
+}
+
+// The ring depends only on the secret, so it is parsed and imported once per isolate. The resolved
+// ring is cached, not a promise: a promise settled under one request must not be awaited by another.
+let ringCache: { readonly source: string; readonly ring: KeyRing } | undefined;
+
+async function keyRing(source: string): Promise<KeyRing> {
+  if (ringCache?.source === source) return ringCache.ring;
+  const ring = await loadKeyRing(JSON.parse(source) as { keys?: unknown });
+  ringCache = { source, ring };
+  return ring;
+}
+
+function databaseUrl(env: Env): string | undefined {
+  const url = env.HYPERDRIVE?.connectionString ?? env.DATABASE_URL?.trim();
+  return url === '' ? undefined : url;
+}
+
+/** Handles one request with its own database client (see below). */
+export async function handle(request: Request, env: Env): Promise<Response> {
+  const url = databaseUrl(env);
+  const secret = env.WARRANT_SIGNING_KEYS?.trim();
+  if (url === undefined || secret === undefined || secret === '') {
+    log({ level: 'error', msg: 'not configured', database: url !== undefined, signing_keys: secret !== undefined && secret !== '' });
+    return notServing(request);
+  }
+  let keys: KeyRing;
+  try {
+    keys = await keyRing(secret);
+  } catch (e) {
+    // A KeyRingError says what is wrong with the set; a JSON SyntaxError's message may quote the secret.
+    const error = e instanceof KeyRingError ? e.message : e instanceof Error ? e.name : 'unknown';
+    log({ level: 'error', msg: 'WARRANT_SIGNING_KEYS is not a usable JWK set', error });
+    return notServing(request);
+  }
+  // Workers cannot share a socket between requests, so each request gets its own small client;
+  // Hyperdrive pools the real connections, which makes this cheap (Cloudflare's Hyperdrive postgres.js
+  // example: a client per request, `max: 5` under the limit of six open connections per invocation).
+  // The decision writer is per request too: group commit only batches within this request.
+  let client: postgres.Sql;
+  try {
+    client = postgres(url, { max: 5, connect_timeout: 5, onnotice: () => {} });
+  } catch (e) {
+    log({ level: 'error', msg: 'bad database URL', error: e instanceof Error ? e.name : 'unknown' });
+    return notServing(request);
+  }
+  const db: Db = drizzle(client);
+  const now = (): Date => new Date();
+  const writer = new DecisionWriter(db, { now });
+  const app = createApp({ store: new Store(db), writer, keys, now, log });
+  const response = await app.fetch(request);
+  // `submit` resolves only after its batch committed, so this is already done; it makes sure no
+  // write is still running when the invocation ends. No `client.end()`: under workerd it fails with
+  // "Stream was cancelled" (DESIGN.md), and the runtime closes the request's sockets itself.
+  await writer.flush();
+  return response;
+}
+
+export default {
+  fetch: handle,
+};
