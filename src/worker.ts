@@ -4,7 +4,8 @@
  * signing keys from the `WARRANT_SIGNING_KEYS` secret (a JWK set, as for Node). See wrangler.toml.
  *
  * Migrations are never run here: apply them from Node against the same database, by running
- * `npm start` once with DATABASE_URL pointing at it (migrations run at start, under an advisory lock).
+ * `npm run tenant -- create <name>` or `npm start` once with DATABASE_URL pointing at it (both
+ * migrate first, under an advisory lock).
  *
  * Nothing here or below may import a Node built-in (test/layers.test.ts): postgres.js resolves to its
  * Workers build (`workerd` export condition, cloudflare:sockets) when wrangler bundles it.
@@ -76,10 +77,15 @@ export async function handle(request: Request, env: Env): Promise<Response> {
   // Workers cannot share a socket between requests, so each request gets its own small client;
   // Hyperdrive pools the real connections, which makes this cheap (Cloudflare's Hyperdrive postgres.js
   // example: a client per request, `max: 5` under the limit of six open connections per invocation).
+  // As there, `fetch_types: false` saves the array-type query that every new connection (here: every
+  // request) would run first. postgres.js then returns arrays as the literal '{a,b}', which is safe only
+  // because every array this app reads is a drizzle array column (rights, ancestors), which drizzle
+  // parses itself: a raw `sql` select of an array would get the string here and an array on Node.
+  // `prepare` stays on (the default): Hyperdrive caches prepared statements.
   // The decision writer is per request too: group commit only batches within this request.
   let client: postgres.Sql;
   try {
-    client = postgres(url, { max: 5, connect_timeout: 5, onnotice: () => {} });
+    client = postgres(url, { max: 5, fetch_types: false, connect_timeout: 5, onnotice: () => {} });
   } catch (e) {
     log({ level: 'error', msg: 'bad database URL', error: e instanceof Error ? e.name : 'unknown' });
     return notServing(request);
@@ -90,8 +96,9 @@ export async function handle(request: Request, env: Env): Promise<Response> {
   const app = createApp({ store: new Store(db), writer, keys, now, log });
   const response = await app.fetch(request);
   // `submit` resolves only after its batch committed, so this is already done; it makes sure no
-  // write is still running when the invocation ends. No `client.end()`: under workerd it fails with
-  // "Stream was cancelled" (DESIGN.md), and the runtime closes the request's sockets itself.
+  // write is still running when the invocation ends. No `client.end()`, as in Cloudflare's example:
+  // workerd closes the request's sockets when it finishes (no connection stays open on the server, by
+  // URL or through Hyperdrive), and DESIGN.md saw end() fail there with "Stream was cancelled".
   await writer.flush();
   return response;
 }

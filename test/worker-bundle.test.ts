@@ -1,16 +1,35 @@
 /**
  * The Workers entry bundles: `wrangler deploy --dry-run` (esbuild, no login, nothing uploaded)
  * builds src/worker.ts, and the bundle imports no Node built-in beyond the few that postgres.js's
- * Workers build needs, all provided by the `nodejs_compat` flag of wrangler.toml.
+ * Workers build needs, all provided by the `nodejs_compat` flag of wrangler.toml. Then that very
+ * bundle runs in workerd (miniflare, as `wrangler dev` does): without a usable configuration it
+ * answers 503 rather than crashing, and with TEST_DATABASE_URL set it serves decisions through
+ * postgres.js over cloudflare:sockets, by DATABASE_URL and through a (local) Hyperdrive binding.
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import type { Readable } from 'node:stream';
+// miniflare is wrangler's own local runtime (pinned by wrangler 4.86.0), hoisted into node_modules.
+import { Miniflare } from 'miniflare';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { createTenant } from '../src/service/tenants.js';
+import { Store } from '../src/store/store.js';
+import { KEYS, mintBody } from './support/app.js';
+import { BACKENDS, openTestDatabase, type TestDatabase } from './support/db.js';
 
 const ROOT = resolve(import.meta.dirname, '..');
+const COMPATIBILITY_DATE = /^compatibility_date\s*=\s*"([^"]+)"/m.exec(readFileSync(join(ROOT, 'wrangler.toml'), 'utf8'))?.[1];
+const RING = JSON.stringify(KEYS.ring);
+/** The private part of the ring's signing key: it must never appear in a log line. */
+const PRIVATE_D = KEYS.ring.keys.find((k) => k.d !== undefined)?.d as string;
+/** As much of a secret as V8 quotes in a JSON.parse error message ("Unexpected token 'k', "kgD6r2hxNJ"... is not valid JSON"). */
+const QUOTED = PRIVATE_D.slice(0, 10);
+const UNREACHABLE = 'postgres://warrant@127.0.0.1:1/warrant';
+/** Well-formed, so that only a database lookup could reject it. */
+const SOME_API_KEY = `wk.${'k'.repeat(12)}.${'s'.repeat(43)}`;
 
 // postgres.js (cf/src, cf/polyfills.js) imports exactly these; nodejs_compat implements them. A new
 // built-in here means some dependency started pulling Node code into the Worker: look before allowing it.
@@ -82,6 +101,112 @@ describe('the Workers bundle', () => {
     expect(node.filter((s) => !ALLOWED_NODE.has(s))).toEqual([]);
     // Everything else external must be a runtime module, never a package left unbundled.
     expect(imported.filter((s) => !node.includes(s) && !s.startsWith('cloudflare:'))).toEqual([]);
+  });
+
+  describe('the bundle in workerd', () => {
+    interface RunningWorker {
+      // Bodies are read freely; the assertions check their shape.
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any
+      call(method: string, path: string, body?: unknown, apiKey?: string): Promise<{ status: number; body: any }>;
+      /** What the Worker wrote to stdout and stderr so far. */
+      logs(): string;
+      close(): Promise<void>;
+    }
+
+    async function startWorker(config: { bindings?: Record<string, string>; hyperdrive?: string }): Promise<RunningWorker> {
+      let logs = '';
+      const mf = new Miniflare({
+        modules: true,
+        scriptPath: join(dir, 'worker.js'),
+        modulesRoot: dir,
+        compatibilityDate: COMPATIBILITY_DATE,
+        compatibilityFlags: ['nodejs_compat'],
+        bindings: config.bindings ?? {},
+        ...(config.hyperdrive === undefined ? {} : { hyperdrives: { HYPERDRIVE: config.hyperdrive } }),
+        handleRuntimeStdio(stdout: Readable, stderr: Readable) {
+          stdout.on('data', (chunk: Buffer) => (logs += chunk.toString()));
+          stderr.on('data', (chunk: Buffer) => (logs += chunk.toString()));
+        },
+      });
+      await mf.ready;
+      return {
+        async call(method, path, body, apiKey) {
+          const headers: Record<string, string> = { 'content-type': 'application/json' };
+          if (apiKey !== undefined) headers.authorization = `Bearer ${apiKey}`;
+          const r = await mf.dispatchFetch(`http://warrant.test${path}`, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+          return { status: r.status, body: await r.json() };
+        },
+        logs: () => logs,
+        close: () => mf.dispose(),
+      };
+    }
+
+    test('wrangler.toml names a compatibility date', () => {
+      expect(COMPATIBILITY_DATE).toMatch(/^\d{4}-\d{2}-\d{2}$/);
+    });
+
+    test.each([
+      ['nothing is configured', {}],
+      // A bare private key pasted instead of a JWK set: the parse error would quote it.
+      ['the signing keys are not JSON', { DATABASE_URL: UNREACHABLE, WARRANT_SIGNING_KEYS: PRIVATE_D }],
+      ['the key set has no signing key', { DATABASE_URL: UNREACHABLE, WARRANT_SIGNING_KEYS: JSON.stringify(KEYS.old).replace(/"d":"[^"]*",?/, '') }],
+      ['the database is unreachable', { DATABASE_URL: UNREACHABLE, WARRANT_SIGNING_KEYS: RING }],
+    ])('when %s: liveness answers, everything else is 503 unavailable', async (_, bindings) => {
+      const worker = await startWorker({ bindings });
+      try {
+        expect(await worker.call('GET', '/healthz')).toEqual({ status: 200, body: { ok: true } });
+        const ready = await worker.call('GET', '/readyz');
+        expect([ready.status, ready.body.error.code]).toEqual([503, 'unavailable']);
+        const approve = await worker.call('POST', '/v1/approve', { token: 'x', op: 'read', target: { kind: 'path', path: '/a' }, cost: 0 }, SOME_API_KEY);
+        expect([approve.status, approve.body.error.code]).toEqual([503, 'unavailable']);
+        expect(worker.logs()).not.toContain(QUOTED);
+      } finally {
+        await worker.close();
+      }
+    }, 30_000);
+
+    describe.skipIf(!BACKENDS.includes('postgres'))('on a PostgreSQL server', () => {
+      let database: TestDatabase;
+      let apiKey: string;
+
+      beforeAll(async () => {
+        database = await openTestDatabase('postgres', { poolSize: 2 });
+        ({ apiKey } = await createTenant(new Store(database.db), 'worker', new Date()));
+      });
+
+      afterAll(async () => {
+        await database?.close();
+      });
+
+      test.each(['DATABASE_URL', 'HYPERDRIVE'] as const)('through %s: mint, grant, deny, read back, audit chain intact', async (via) => {
+        const url = new URL(database.url as string);
+        // A Hyperdrive origin needs some password, even where the server trusts the client.
+        if (via === 'HYPERDRIVE' && url.password === '') url.password = 'unused';
+        const worker = await startWorker(
+          via === 'HYPERDRIVE' ? { hyperdrive: url.toString(), bindings: { WARRANT_SIGNING_KEYS: RING } } : { bindings: { DATABASE_URL: url.toString(), WARRANT_SIGNING_KEYS: RING } },
+        );
+        try {
+          const trajectory = `t-${via.toLowerCase()}`;
+          const minted = await worker.call('POST', '/v1/capabilities', mintBody({ trajectory_id: trajectory, objects: [{ kind: 'path', prefix: '/workspace' }] }), apiKey);
+          expect(minted.status).toBe(201);
+          const token = minted.body.token as string;
+          const granted = await worker.call('POST', '/v1/approve', { token, op: 'write', target: { kind: 'path', path: '/workspace/a' }, cost: 2.5 }, apiKey);
+          expect([granted.status, granted.body.decision, granted.body.budget_remaining]).toEqual([200, 'grant', 7.5]);
+          const denied = await worker.call('POST', '/v1/approve', { token, op: 'write', target: { kind: 'path', path: '/workspace/../etc/passwd' }, cost: 0 }, apiKey);
+          expect([denied.status, denied.body.decision, denied.body.reason.code]).toEqual([200, 'deny', 'object_outside']);
+          // text[] columns come back as arrays although the Worker's client skips fetching array types.
+          const read = await worker.call('GET', `/v1/capabilities/${minted.body.capability_id}`, undefined, apiKey);
+          expect([read.status, read.body.rights]).toEqual([200, ['read', 'write']]);
+          const audit = await worker.call('GET', `/v1/audit?trajectory_id=${trajectory}`, undefined, apiKey);
+          expect(audit.body.entries.map((e: { event: string; decision: string }) => `${e.event}:${e.decision}`)).toEqual(['mint:grant', 'approve:grant', 'approve:deny']);
+          const verified = await worker.call('GET', '/v1/audit/verify', undefined, apiKey);
+          expect([verified.status, verified.body.ok]).toEqual([200, true]);
+          for (const secret of [apiKey, token, QUOTED]) expect(worker.logs()).not.toContain(secret);
+        } finally {
+          await worker.close();
+        }
+      }, 30_000);
+    });
   });
 
   test('the import scan reads esbuild output', () => {
