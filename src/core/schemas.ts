@@ -62,7 +62,14 @@ export const Predicate = z.strictObject({
   args: z.array(ArgBound).max(64).optional(),
 });
 
-export const Args = z.record(ArgName, Scalar).refine((a) => Object.keys(a).length <= 64, 'at most 64 arguments');
+const MAX_ARGS = 64;
+// A record has no size check of its own, so the refine enforces the bound and `.meta` shows it (and
+// the key rule, which the OpenAPI generator drops for records) in the document: @asteasolutions/
+// zod-to-openapi reads zod's `.meta` as it reads `.openapi()` metadata.
+export const Args = z
+  .record(ArgName, Scalar)
+  .refine((a) => Object.keys(a).length <= MAX_ARGS, `at most ${MAX_ARGS} arguments`)
+  .meta({ maxProperties: MAX_ARGS, propertyNames: z.toJSONSchema(ArgName, { target: 'openapi-3.0' }) });
 
 /** Token strings are bounded; a valid one is far shorter. */
 export const Token = z.string().min(1).max(8192);

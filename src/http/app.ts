@@ -181,6 +181,16 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     }
   });
   app.openAPIRegistry.registerComponent('securitySchemes', 'tenantKey', { type: 'http', scheme: 'bearer' });
+  // The keyless routes are plain handlers above; listed here so the document covers all of API.md.
+  const keyless: [string, string, number[]][] = [
+    ['/.well-known/jwks.json', 'Public verification keys (JWKS)', []],
+    ['/openapi.json', 'This document', []],
+    ['/healthz', 'Liveness', []],
+    ['/readyz', 'Readiness: 503 while the database is unreachable', [503]],
+  ];
+  for (const [path, summary, failures] of keyless) {
+    app.openAPIRegistry.registerPath({ method: 'get', path, tags: ['public'], summary, security: [], responses: { 200: json(Any, summary), ...errors(...failures) } });
+  }
   app.doc31('/openapi.json', {
     openapi: '3.1.0',
     info: { title: 'Warrant', version: '1.0.0', description: 'Capability authority for AI-agent runtimes (API.md).' },
