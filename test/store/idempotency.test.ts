@@ -205,7 +205,8 @@ describe.each(BACKENDS)('idempotency records on %s', (backend) => {
 
   // Two sessions: the original's batch holds the fence while the caller marks it in doubt and a
   // repeat (past the lease) tries to take it over. Both must wait for the batch and then follow its
-  // outcome. On PostgreSQL they block on the row lock; PGlite has one session, so they queue.
+  // outcome. On PostgreSQL they block on the lock holdFence takes (the decision is written only after
+  // the gate, so no other statement of the batch holds the row yet); PGlite has one session, so they queue.
   test.each([
     ['commits', 'completed', 'completed'],
     ['rolls back', 'in_doubt', 'claimed'],
@@ -220,9 +221,9 @@ describe.each(BACKENDS)('idempotency records on %s', (backend) => {
     const batch = h.store.db
       .transaction(async (tx) => {
         held = await holdFence(tx, original);
-        await complete(tx, original, { status: 200, body: { n: 1 } });
         fenced();
         await gate;
+        await complete(tx, original, { status: 200, body: { n: 1 } });
         if (outcome === 'rolls back') throw new Error('rollback');
       })
       .catch(() => undefined);
