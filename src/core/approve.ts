@@ -64,6 +64,9 @@ function checkChain(chain: readonly ChainLink[], cost: bigint): Deny | Grant {
       if (left < 0n) return deny('budget_exhausted', `the call would exceed the budget of capability ${link.id}`);
       budgetRemaining = budgetRemaining === null || left < budgetRemaining ? left : budgetRemaining;
     }
+  }
+  // A second pass, so that budget_exhausted wins over calls_exhausted whichever link breaks which.
+  for (const link of chain) {
     if (link.maxCalls !== null) {
       const left = link.maxCalls - link.calls - 1;
       if (left < 0) return deny('calls_exhausted', `the call would exceed max_calls of capability ${link.id}`);

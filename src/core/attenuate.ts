@@ -23,6 +23,10 @@ export function checkAttenuation(parent: VerifiedCapability, child: ChildSpec, n
   if (parent.exp * 1000 <= nowMs) {
     out.push({ component: 'parent', code: 'parent_expired', detail: `the parent expired at ${new Date(parent.exp * 1000).toISOString()}` });
   }
+  // API.md: "the parent is valid now". A child cut before its parent's nbf would be valid earlier.
+  if (parent.nbf * 1000 > nowMs) {
+    out.push({ component: 'parent', code: 'parent_invalid', detail: `the parent is valid from ${new Date(parent.nbf * 1000).toISOString()}` });
+  }
   for (const r of child.rights) {
     if (!parent.rights.includes(r)) out.push({ component: 'rights', code: 'right_widened', detail: `right ${r} is not held by the parent` });
   }

@@ -146,7 +146,8 @@ const UNRESERVED = /[A-Za-z0-9\-._~]/;
  */
 function normalizePercent(path: string): Result<string> {
   let bad = false;
-  const out = path.replace(/%([0-9a-fA-F]{2})/g, (_m, hex: string) => {
+  // A `%` that starts no escape is escaped first: else decoding `%%41` would form a new escape `%A…`.
+  const out = path.replace(/%(?![0-9a-fA-F]{2})/g, '%25').replace(/%([0-9a-fA-F]{2})/g, (_m, hex: string) => {
     const ch = String.fromCharCode(parseInt(hex, 16));
     if (ch === '/' || ch === '\\' || ch === '\0') bad = true;
     return UNRESERVED.test(ch) ? ch : `%${hex.toUpperCase()}`;

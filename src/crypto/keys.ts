@@ -33,6 +33,15 @@ function isEd25519(jwk: JWK): boolean {
   return jwk.kty === 'OKP' && jwk.crv === 'Ed25519' && typeof jwk.x === 'string';
 }
 
+async function importKey(jwk: JWK): Promise<CryptoKey> {
+  try {
+    return (await importJWK(jwk, ALG)) as CryptoKey;
+  } catch {
+    // WebCrypto's DataError names no field; a KeyRingError does, and never quotes key material.
+    throw new KeyRingError('every key must be a valid Ed25519 JWK (x, and d matching x)');
+  }
+}
+
 /** Builds a ring from a JWK set of Ed25519 keys (private ones sign, public-only ones verify). */
 export async function loadKeyRing(set: { keys?: unknown }): Promise<KeyRing> {
   if (!Array.isArray(set.keys) || set.keys.length === 0) throw new KeyRingError('the key set has no keys');
@@ -44,9 +53,9 @@ export async function loadKeyRing(set: { keys?: unknown }): Promise<KeyRing> {
     const pub = { kty: 'OKP' as const, crv: 'Ed25519' as const, x: raw.x as string };
     const kid = typeof raw.kid === 'string' && raw.kid !== '' ? raw.kid : await calculateJwkThumbprint(pub);
     if (verifyKeys.has(kid)) throw new KeyRingError(`duplicate kid ${kid}`);
-    verifyKeys.set(kid, await importJWK({ ...pub, alg: ALG }, ALG));
+    verifyKeys.set(kid, await importKey({ ...pub, alg: ALG }));
     publics.push({ ...pub, kid, alg: ALG, use: 'sig' });
-    if (typeof raw.d === 'string') active = { kid, key: await importJWK({ ...pub, d: raw.d, alg: ALG }, ALG) };
+    if (typeof raw.d === 'string') active = { kid, key: await importKey({ ...pub, d: raw.d, alg: ALG }) };
   }
   if (active === undefined) throw new KeyRingError('no key in the set has a private part to sign with');
   return { activeKid: active.kid, signingKey: active.key, verifyKeys, jwks: { keys: publics } };
