@@ -9,7 +9,16 @@ import { checkAttenuation, type ChildSpec } from '../src/core/attenuate.js';
 import { evaluateApprove, type ApproveRequest, type ChainLink } from '../src/core/approve.js';
 import { canonicalObject, canonicalTarget } from '../src/core/objects.js';
 import { canonicalPredicate } from '../src/core/predicate.js';
-import type { CapabilityClaims, CanonicalObject, CanonicalPredicate, CanonicalTarget, RawObject, RawPredicate, RawTarget, VerifiedCapability } from '../src/core/types.js';
+import type {
+  CapabilityClaims,
+  CanonicalObject,
+  CanonicalPredicate,
+  CanonicalTarget,
+  RawObject,
+  RawPredicate,
+  RawTarget,
+  VerifiedCapability,
+} from '../src/core/types.js';
 import { generateSigningJwk, loadKeyRing } from '../src/crypto/keys.js';
 import { signToken, verifyToken } from '../src/crypto/tokens.js';
 
@@ -50,8 +59,21 @@ async function main(): Promise<void> {
     parent: null,
     depth: 0,
     rights: ['read', 'write', 'execute'],
-    objects: [obj({ kind: 'path', prefix: '/workspace/traj-7f3a' }), obj({ kind: 'url', prefix: 'https://api.github.com/repos/acme/' }), obj({ kind: 'repo', name: 'github.com/acme/widgets' })],
-    predicate: pred({ max_cost: 1, budget: 25, max_calls: 500, max_depth: 3, args: [{ kind: 'max', arg: 'timeout_ms', value: 30000 }, { kind: 'max_length', arg: 'command', value: 8192 }] }),
+    objects: [
+      obj({ kind: 'path', prefix: '/workspace/traj-7f3a' }),
+      obj({ kind: 'url', prefix: 'https://api.github.com/repos/acme/' }),
+      obj({ kind: 'repo', name: 'github.com/acme/widgets' }),
+    ],
+    predicate: pred({
+      max_cost: 1,
+      budget: 25,
+      max_calls: 500,
+      max_depth: 3,
+      args: [
+        { kind: 'max', arg: 'timeout_ms', value: 30000 },
+        { kind: 'max_length', arg: 'command', value: 8192 },
+      ],
+    }),
     iat,
     nbf: iat,
     exp: iat + 3600,
@@ -64,9 +86,25 @@ async function main(): Promise<void> {
     depth: 1,
     rights: ['read', 'write'],
     objects: [obj({ kind: 'path', prefix: '/workspace/traj-7f3a/src' })],
-    predicate: pred({ max_cost: 0.5, budget: 5, max_calls: 100, max_depth: 1, args: [{ kind: 'max', arg: 'timeout_ms', value: 10000 }, { kind: 'max_length', arg: 'command', value: 4096 }] }),
+    predicate: pred({
+      max_cost: 0.5,
+      budget: 5,
+      max_calls: 100,
+      max_depth: 1,
+      args: [
+        { kind: 'max', arg: 'timeout_ms', value: 10000 },
+        { kind: 'max_length', arg: 'command', value: 4096 },
+      ],
+    }),
     exp: iat + 600,
   };
+  // A typical child: a subdirectory, two rights, a budget, a call count and no argument bounds.
+  const typicalChild: CapabilityClaims = {
+    ...child,
+    objects: [obj({ kind: 'path', prefix: '/workspace/traj-7f3a/src' })],
+    predicate: pred({ budget: 5, max_calls: 100, max_depth: 1 }),
+  };
+  const typicalChildToken = await signToken(ring, typicalChild);
   const rootToken = await signToken(ring, root);
   const childToken = await signToken(ring, child);
   const verified = await verifyToken(ring, childToken);
@@ -79,9 +117,24 @@ async function main(): Promise<void> {
     { id: child.id, revoked: false, budget: 5_000_000n, spent: 1_000_000n, maxCalls: 100, calls: 12 },
   ];
   const requests: ApproveRequest[] = [
-    { op: 'read', target: tgt({ kind: 'path', path: '/workspace/traj-7f3a/src/main.ts' }), cost: 10_000n, args: { timeout_ms: 5000, command: 'cat src/main.ts' } },
-    { op: 'write', target: tgt({ kind: 'path', path: '/workspace/traj-7f3a/src/lib/util.ts' }), cost: 250_000n, args: { timeout_ms: 8000, command: 'apply patch' } },
-    { op: 'read', target: tgt({ kind: 'path', path: '/workspace/traj-7f3a/src/../../../etc/passwd' }), cost: 10_000n, args: { timeout_ms: 5000, command: 'cat' } },
+    {
+      op: 'read',
+      target: tgt({ kind: 'path', path: '/workspace/traj-7f3a/src/main.ts' }),
+      cost: 10_000n,
+      args: { timeout_ms: 5000, command: 'cat src/main.ts' },
+    },
+    {
+      op: 'write',
+      target: tgt({ kind: 'path', path: '/workspace/traj-7f3a/src/lib/util.ts' }),
+      cost: 250_000n,
+      args: { timeout_ms: 8000, command: 'apply patch' },
+    },
+    {
+      op: 'read',
+      target: tgt({ kind: 'path', path: '/workspace/traj-7f3a/src/../../../etc/passwd' }),
+      cost: 10_000n,
+      args: { timeout_ms: 5000, command: 'cat' },
+    },
     { op: 'execute', target: tgt({ kind: 'path', path: '/workspace/traj-7f3a/src/run.sh' }), cost: 10_000n, args: { timeout_ms: 5000, command: './run.sh' } },
   ];
   const spec: ChildSpec = { rights: child.rights, objects: child.objects, predicate: child.predicate, exp: child.exp };
@@ -116,7 +169,9 @@ async function main(): Promise<void> {
     const token = Biscuit.fromBase64(biscuitToken, publicKey);
     const ab = new AuthorizerBuilder();
     const path = req.target.kind === 'path' ? req.target.path : '';
-    ab.addCode(`time(${new Date(NOW).toISOString()}); operation("${req.op}"); resource("${path}"); arg("timeout_ms", ${Number(req.args.timeout_ms)}); cost(${req.cost}); allow if true;`);
+    ab.addCode(
+      `time(${new Date(NOW).toISOString()}); operation("${req.op}"); resource("${path}"); arg("timeout_ms", ${Number(req.args.timeout_ms)}); cost(${req.cost}); allow if true;`,
+    );
     const authorizer = ab.buildAuthenticated(token);
     let out = 0;
     try {
@@ -134,14 +189,17 @@ async function main(): Promise<void> {
   // The fixture must decide alike: grant, grant, deny (outside), deny (execute not held by the child).
   const biscuitDecisions = requests.map((_, i) => biscuitCheck(i) >= 0);
   const warrantDecisions = requests.map((r) => evaluateApprove(cap, r, NOW, chain).decision === 'grant');
-  if (JSON.stringify(biscuitDecisions) !== JSON.stringify(warrantDecisions)) throw new Error(`fixtures disagree: biscuit ${biscuitDecisions.join()}, warrant ${warrantDecisions.join()}`);
+  if (JSON.stringify(biscuitDecisions) !== JSON.stringify(warrantDecisions))
+    throw new Error(`fixtures disagree: biscuit ${biscuitDecisions.join()}, warrant ${warrantDecisions.join()}`);
   const biscuitOps = opsPerSecond(biscuitCheck);
 
   const line = (name: string, ops: number): string => `${name.padEnd(40)} ${Math.round(ops).toLocaleString('en-US').padStart(12)} ops/s`;
   console.log(line('warrant approve (verified capability)', approveOps));
   console.log(line('warrant attenuation check', attenuateOps));
   console.log(line('biscuit verify+authorize (wasm)', biscuitOps));
-  console.log(`token bytes: root ${rootToken.length}, child ${childToken.length}; biscuit root+block ${biscuitToken.length}`);
+  console.log(
+    `token bytes: root ${rootToken.length}, child ${childToken.length} (with two argument bounds), typical child ${typicalChildToken.length}; biscuit root+block ${biscuitToken.length}`,
+  );
   console.log(`core/biscuit ratio: ${(approveOps / biscuitOps).toFixed(0)}`);
 }
 

@@ -28,8 +28,12 @@ interface Server {
 }
 
 function start(script: string, env: Record<string, string>): Promise<Server> {
-  const flags = (script.includes('main') || script.includes('cluster')) && process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [];
-  const child = spawn(process.execPath, [...flags, '--import', 'tsx', script], { env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+  const flags =
+    (script.includes('main') || script.includes('cluster')) && process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [];
+  const child = spawn(process.execPath, [...flags, '--import', 'tsx', script], {
+    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   return new Promise((resolve, reject) => {
     let buf = '';
     child.stdout.on('data', (d: Buffer) => {
@@ -48,7 +52,11 @@ async function stop(s: Server): Promise<void> {
 }
 
 async function post(url: string, key: string, path: string, body: unknown): Promise<Record<string, unknown>> {
-  const res = await fetch(`${url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   const json = (await res.json()) as Record<string, unknown>;
   if (res.status >= 300) throw new Error(`${path} answered ${res.status}: ${JSON.stringify(json)}`);
   return json;
@@ -63,7 +71,10 @@ async function population(url: string, key: string): Promise<string[]> {
     const root = await post(url, key, '/v1/capabilities', {
       trajectory_id: `bench-${i}`,
       rights: ['read', 'write', 'execute'],
-      objects: [{ kind: 'path', prefix: `/workspace/bench-${i}` }, { kind: 'url', prefix: 'https://api.example.com/v1/' }],
+      objects: [
+        { kind: 'path', prefix: `/workspace/bench-${i}` },
+        { kind: 'url', prefix: 'https://api.example.com/v1/' },
+      ],
       predicate: { budget, max_cost: 1, max_calls: 1_000_000_000, max_depth: 2, args: [{ kind: 'max', arg: 'timeout_ms', value: 30000 }] },
       ttl_s: 86_400,
     });
@@ -136,7 +147,9 @@ async function main(): Promise<void> {
   await new Promise((r) => setTimeout(r, 1000)); // the other workers of a cluster finish starting
   if (databaseUrl === undefined) key = readFileSync(join(env.WARRANT_DATA_DIR as string, 'default-api-key'), 'utf8').trim();
   try {
-    console.log(`warrant on ${databaseUrl === undefined ? 'embedded PGlite' : 'PostgreSQL'}, ${PROCESSES} process(es); ${CONNECTIONS} connections, ${ROUNDS} rounds of ${SECONDS} s each`);
+    console.log(
+      `warrant on ${databaseUrl === undefined ? 'embedded PGlite' : 'PostgreSQL'}, ${PROCESSES} process(es); ${CONNECTIONS} connections, ${ROUNDS} rounds of ${SECONDS} s each`,
+    );
     const bodies = await population(warrant.url, key);
     console.log(`${bodies.length} approve bodies over ${ROOTS} roots (half of them approved through a child)`);
     await load(bare.url, key, bodies, 2); // warm-up

@@ -151,19 +151,23 @@ describe('the Workers bundle', () => {
       ['the signing keys are not JSON', { DATABASE_URL: UNREACHABLE, WARRANT_SIGNING_KEYS: PRIVATE_D }],
       ['the key set has no signing key', { DATABASE_URL: UNREACHABLE, WARRANT_SIGNING_KEYS: JSON.stringify(KEYS.old).replace(/"d":"[^"]*",?/, '') }],
       ['the database is unreachable', { DATABASE_URL: UNREACHABLE, WARRANT_SIGNING_KEYS: RING }],
-    ])('when %s: liveness answers, everything else is 503 unavailable', async (_, bindings) => {
-      const worker = await startWorker({ bindings });
-      try {
-        expect(await worker.call('GET', '/healthz')).toEqual({ status: 200, body: { ok: true } });
-        const ready = await worker.call('GET', '/readyz');
-        expect([ready.status, ready.body.error.code]).toEqual([503, 'unavailable']);
-        const approve = await worker.call('POST', '/v1/approve', { token: 'x', op: 'read', target: { kind: 'path', path: '/a' }, cost: 0 }, SOME_API_KEY);
-        expect([approve.status, approve.body.error.code]).toEqual([503, 'unavailable']);
-        expect(worker.logs()).not.toContain(QUOTED);
-      } finally {
-        await worker.close();
-      }
-    }, 30_000);
+    ])(
+      'when %s: liveness answers, everything else is 503 unavailable',
+      async (_, bindings) => {
+        const worker = await startWorker({ bindings });
+        try {
+          expect(await worker.call('GET', '/healthz')).toEqual({ status: 200, body: { ok: true } });
+          const ready = await worker.call('GET', '/readyz');
+          expect([ready.status, ready.body.error.code]).toEqual([503, 'unavailable']);
+          const approve = await worker.call('POST', '/v1/approve', { token: 'x', op: 'read', target: { kind: 'path', path: '/a' }, cost: 0 }, SOME_API_KEY);
+          expect([approve.status, approve.body.error.code]).toEqual([503, 'unavailable']);
+          expect(worker.logs()).not.toContain(QUOTED);
+        } finally {
+          await worker.close();
+        }
+      },
+      30_000,
+    );
 
     describe.skipIf(!BACKENDS.includes('postgres'))('on a PostgreSQL server', () => {
       let database: TestDatabase;
@@ -178,34 +182,54 @@ describe('the Workers bundle', () => {
         await database?.close();
       });
 
-      test.each(['DATABASE_URL', 'HYPERDRIVE'] as const)('through %s: mint, grant, deny, read back, audit chain intact', async (via) => {
-        const url = new URL(database.url as string);
-        // A Hyperdrive origin needs some password, even where the server trusts the client.
-        if (via === 'HYPERDRIVE' && url.password === '') url.password = 'unused';
-        const worker = await startWorker(
-          via === 'HYPERDRIVE' ? { hyperdrive: url.toString(), bindings: { WARRANT_SIGNING_KEYS: RING } } : { bindings: { DATABASE_URL: url.toString(), WARRANT_SIGNING_KEYS: RING } },
-        );
-        try {
-          const trajectory = `t-${via.toLowerCase()}`;
-          const minted = await worker.call('POST', '/v1/capabilities', mintBody({ trajectory_id: trajectory, objects: [{ kind: 'path', prefix: '/workspace' }] }), apiKey);
-          expect(minted.status).toBe(201);
-          const token = minted.body.token as string;
-          const granted = await worker.call('POST', '/v1/approve', { token, op: 'write', target: { kind: 'path', path: '/workspace/a' }, cost: 2.5 }, apiKey);
-          expect([granted.status, granted.body.decision, granted.body.budget_remaining]).toEqual([200, 'grant', 7.5]);
-          const denied = await worker.call('POST', '/v1/approve', { token, op: 'write', target: { kind: 'path', path: '/workspace/../etc/passwd' }, cost: 0 }, apiKey);
-          expect([denied.status, denied.body.decision, denied.body.reason.code]).toEqual([200, 'deny', 'object_outside']);
-          // text[] columns come back as arrays although the Worker's client skips fetching array types.
-          const read = await worker.call('GET', `/v1/capabilities/${minted.body.capability_id}`, undefined, apiKey);
-          expect([read.status, read.body.rights]).toEqual([200, ['read', 'write']]);
-          const audit = await worker.call('GET', `/v1/audit?trajectory_id=${trajectory}`, undefined, apiKey);
-          expect(audit.body.entries.map((e: { event: string; decision: string }) => `${e.event}:${e.decision}`)).toEqual(['mint:grant', 'approve:grant', 'approve:deny']);
-          const verified = await worker.call('GET', '/v1/audit/verify', undefined, apiKey);
-          expect([verified.status, verified.body.ok]).toEqual([200, true]);
-          for (const secret of [apiKey, token, QUOTED]) expect(worker.logs()).not.toContain(secret);
-        } finally {
-          await worker.close();
-        }
-      }, 30_000);
+      test.each(['DATABASE_URL', 'HYPERDRIVE'] as const)(
+        'through %s: mint, grant, deny, read back, audit chain intact',
+        async (via) => {
+          const url = new URL(database.url as string);
+          // A Hyperdrive origin needs some password, even where the server trusts the client.
+          if (via === 'HYPERDRIVE' && url.password === '') url.password = 'unused';
+          const worker = await startWorker(
+            via === 'HYPERDRIVE'
+              ? { hyperdrive: url.toString(), bindings: { WARRANT_SIGNING_KEYS: RING } }
+              : { bindings: { DATABASE_URL: url.toString(), WARRANT_SIGNING_KEYS: RING } },
+          );
+          try {
+            const trajectory = `t-${via.toLowerCase()}`;
+            const minted = await worker.call(
+              'POST',
+              '/v1/capabilities',
+              mintBody({ trajectory_id: trajectory, objects: [{ kind: 'path', prefix: '/workspace' }] }),
+              apiKey,
+            );
+            expect(minted.status).toBe(201);
+            const token = minted.body.token as string;
+            const granted = await worker.call('POST', '/v1/approve', { token, op: 'write', target: { kind: 'path', path: '/workspace/a' }, cost: 2.5 }, apiKey);
+            expect([granted.status, granted.body.decision, granted.body.budget_remaining]).toEqual([200, 'grant', 7.5]);
+            const denied = await worker.call(
+              'POST',
+              '/v1/approve',
+              { token, op: 'write', target: { kind: 'path', path: '/workspace/../etc/passwd' }, cost: 0 },
+              apiKey,
+            );
+            expect([denied.status, denied.body.decision, denied.body.reason.code]).toEqual([200, 'deny', 'object_outside']);
+            // text[] columns come back as arrays although the Worker's client skips fetching array types.
+            const read = await worker.call('GET', `/v1/capabilities/${minted.body.capability_id}`, undefined, apiKey);
+            expect([read.status, read.body.rights]).toEqual([200, ['read', 'write']]);
+            const audit = await worker.call('GET', `/v1/audit?trajectory_id=${trajectory}`, undefined, apiKey);
+            expect(audit.body.entries.map((e: { event: string; decision: string }) => `${e.event}:${e.decision}`)).toEqual([
+              'mint:grant',
+              'approve:grant',
+              'approve:deny',
+            ]);
+            const verified = await worker.call('GET', '/v1/audit/verify', undefined, apiKey);
+            expect([verified.status, verified.body.ok]).toEqual([200, true]);
+            for (const secret of [apiKey, token, QUOTED]) expect(worker.logs()).not.toContain(secret);
+          } finally {
+            await worker.close();
+          }
+        },
+        30_000,
+      );
     });
   });
 

@@ -40,7 +40,11 @@ export function checkAttenuation(parent: VerifiedCapability, child: ChildSpec, n
     out.push({ component: 'predicate', code: 'depth_exhausted', detail: `delegation trees are at most ${MAX_TREE_DEPTH} deep` });
   }
   if (child.exp > parent.exp) {
-    out.push({ component: 'expiry', code: 'expiry_extended', detail: `the child would expire after the parent (${new Date(parent.exp * 1000).toISOString()})` });
+    out.push({
+      component: 'expiry',
+      code: 'expiry_extended',
+      detail: `the child would expire after the parent (${new Date(parent.exp * 1000).toISOString()})`,
+    });
   }
   return out;
 }

@@ -3,17 +3,7 @@
  * Everything is compared in canonical form only: the seed's `within()` matched raw string
  * prefixes, so `/workspace/../etc/passwd` passed a `/workspace` object. Never again.
  */
-import {
-  err,
-  ok,
-  type Canonical,
-  type CanonicalObject,
-  type CanonicalTarget,
-  type HostObject,
-  type RawObject,
-  type RawTarget,
-  type Result,
-} from './types.js';
+import { err, ok, type Canonical, type CanonicalObject, type CanonicalTarget, type HostObject, type RawObject, type RawTarget, type Result } from './types.js';
 
 const brand = <T>(v: T): Canonical<T> => v as Canonical<T>;
 

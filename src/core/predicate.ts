@@ -4,17 +4,7 @@
  * capability and all its descendants, which the store enforces; here are the per-call bounds.
  */
 import { toMicro } from './money.js';
-import {
-
-  ok,
-  type ArgBound,
-  type Canonical,
-  type CanonicalPredicate,
-  type RawPredicate,
-  type Result,
-  type Scalar,
-  type Violation,
-} from './types.js';
+import { ok, type ArgBound, type Canonical, type CanonicalPredicate, type RawPredicate, type Result, type Scalar, type Violation } from './types.js';
 
 export interface PredicateError {
   readonly path: string;
@@ -162,4 +152,3 @@ export function failedArgBound(p: CanonicalPredicate, args: Readonly<Record<stri
   }
   return null;
 }
-

@@ -17,8 +17,16 @@ export function text(max: number, min = 1): z.ZodString {
   return z.string().min(min).max(max).refine(storable, 'must not contain NUL or unpaired surrogates');
 }
 
-export const Id = z.string().min(1).max(64).regex(/^[A-Za-z0-9_-]+$/);
-export const TrajectoryId = z.string().min(1).max(128).regex(/^[A-Za-z0-9._:-]+$/);
+export const Id = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[A-Za-z0-9_-]+$/);
+export const TrajectoryId = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z0-9._:-]+$/);
 export const Right = z.enum(RIGHTS);
 export const Rights = z.array(Right).min(1).max(RIGHTS.length);
 export const Port = z.int().min(1).max(65535);
@@ -39,7 +47,11 @@ export const TargetRef = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('url'), url: text(8192) }),
 ]);
 
-const ArgName = z.string().min(1).max(128).regex(/^[A-Za-z0-9_.-]+$/);
+const ArgName = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z0-9_.-]+$/);
 const ArgNumber = z.number().min(-1e15).max(1e15);
 export const Scalar = z.union([text(65536, 0), z.number().min(-Number.MAX_VALUE).max(Number.MAX_VALUE), z.boolean()]);
 
@@ -49,7 +61,10 @@ export const ArgBound = z.discriminatedUnion('kind', [
   z.strictObject({
     kind: z.literal('one_of'),
     arg: ArgName,
-    values: z.array(z.union([text(1024, 0), ArgNumber, z.boolean()])).min(1).max(64),
+    values: z
+      .array(z.union([text(1024, 0), ArgNumber, z.boolean()]))
+      .min(1)
+      .max(64),
   }),
   z.strictObject({ kind: z.literal('max_length'), arg: ArgName, value: z.int().min(0).max(65536) }),
 ]);

@@ -19,7 +19,10 @@ const Claims = z.strictObject({
   dep: z.int().min(0).max(64),
   r: Rights,
   // Objects and predicate were canonicalized before signing; shapes are checked, not re-derived.
-  o: z.array(z.record(z.string(), z.union([z.string(), z.number()]))).min(1).max(64),
+  o: z
+    .array(z.record(z.string(), z.union([z.string(), z.number()])))
+    .min(1)
+    .max(64),
   p: z.strictObject({
     max_cost: z.number().optional(),
     budget: z.number().optional(),

@@ -60,13 +60,61 @@ const AuditQuery = z.strictObject({
 });
 
 const routes = {
-  mint: createRoute({ method: 'post', path: '/v1/capabilities', tags: ['capabilities'], summary: 'Mint a root capability', request: { headers: IdemHeaders, body: body(MintBody) }, responses: { 201: json(Any, 'the capability and its token'), ...errors(400, 401, 409, 413, 415, 503) } }),
-  attenuate: createRoute({ method: 'post', path: '/v1/attenuate', tags: ['capabilities'], summary: 'Issue a child capability', request: { headers: IdemHeaders, body: body(AttenuateBody) }, responses: { 201: json(Any, 'the child capability and its token'), ...errors(400, 401, 403, 409, 413, 415, 503) } }),
-  approve: createRoute({ method: 'post', path: '/v1/approve', tags: ['decisions'], summary: 'May this call run?', request: { body: body(ApproveBody) }, responses: { 200: json(Any, 'grant or deny, with its audit id'), ...errors(400, 401, 409, 413, 415, 503) } }),
-  revoke: createRoute({ method: 'post', path: '/v1/revoke', tags: ['capabilities'], summary: 'Revoke a capability and its descendants', request: { body: body(RevokeBody) }, responses: { 200: json(Any, 'the ids revoked'), ...errors(400, 401, 404, 413, 415, 503) } }),
-  get: createRoute({ method: 'get', path: '/v1/capabilities/{id}', tags: ['capabilities'], summary: 'A stored capability', request: { params: z.strictObject({ id: Id }) }, responses: { 200: json(Any, 'the capability'), ...errors(400, 401, 404, 503) } }),
-  audit: createRoute({ method: 'get', path: '/v1/audit', tags: ['audit'], summary: 'Audit entries, oldest first', request: { query: AuditQuery }, responses: { 200: json(Any, 'entries and the next cursor'), ...errors(400, 401, 503) } }),
-  verify: createRoute({ method: 'get', path: '/v1/audit/verify', tags: ['audit'], summary: "Recompute the tenant's audit hash chain", responses: { 200: json(Any, 'ok, or the first bad id'), ...errors(401, 503) } }),
+  mint: createRoute({
+    method: 'post',
+    path: '/v1/capabilities',
+    tags: ['capabilities'],
+    summary: 'Mint a root capability',
+    request: { headers: IdemHeaders, body: body(MintBody) },
+    responses: { 201: json(Any, 'the capability and its token'), ...errors(400, 401, 409, 413, 415, 503) },
+  }),
+  attenuate: createRoute({
+    method: 'post',
+    path: '/v1/attenuate',
+    tags: ['capabilities'],
+    summary: 'Issue a child capability',
+    request: { headers: IdemHeaders, body: body(AttenuateBody) },
+    responses: { 201: json(Any, 'the child capability and its token'), ...errors(400, 401, 403, 409, 413, 415, 503) },
+  }),
+  approve: createRoute({
+    method: 'post',
+    path: '/v1/approve',
+    tags: ['decisions'],
+    summary: 'May this call run?',
+    request: { body: body(ApproveBody) },
+    responses: { 200: json(Any, 'grant or deny, with its audit id'), ...errors(400, 401, 409, 413, 415, 503) },
+  }),
+  revoke: createRoute({
+    method: 'post',
+    path: '/v1/revoke',
+    tags: ['capabilities'],
+    summary: 'Revoke a capability and its descendants',
+    request: { body: body(RevokeBody) },
+    responses: { 200: json(Any, 'the ids revoked'), ...errors(400, 401, 404, 413, 415, 503) },
+  }),
+  get: createRoute({
+    method: 'get',
+    path: '/v1/capabilities/{id}',
+    tags: ['capabilities'],
+    summary: 'A stored capability',
+    request: { params: z.strictObject({ id: Id }) },
+    responses: { 200: json(Any, 'the capability'), ...errors(400, 401, 404, 503) },
+  }),
+  audit: createRoute({
+    method: 'get',
+    path: '/v1/audit',
+    tags: ['audit'],
+    summary: 'Audit entries, oldest first',
+    request: { query: AuditQuery },
+    responses: { 200: json(Any, 'entries and the next cursor'), ...errors(400, 401, 503) },
+  }),
+  verify: createRoute({
+    method: 'get',
+    path: '/v1/audit/verify',
+    tags: ['audit'],
+    summary: "Recompute the tenant's audit hash chain",
+    responses: { 200: json(Any, 'ok, or the first bad id'), ...errors(401, 503) },
+  }),
 };
 
 /** Content type, size and JSON syntax of a POST body, each with its own error code. */
@@ -120,7 +168,8 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
 
   app.onError((e, c) => {
     if (e instanceof ApiError) return c.json(e.toBody(), e.status);
-    if (e instanceof HTTPException && e.status === 415) return c.json(new ApiError(415, 'unsupported_media_type', 'the body must be application/json').toBody(), 415);
+    if (e instanceof HTTPException && e.status === 415)
+      return c.json(new ApiError(415, 'unsupported_media_type', 'the body must be application/json').toBody(), 415);
     if (e instanceof HTTPException && e.status < 500) return c.json(new ApiError(400, 'invalid_request', e.message).toBody(), 400);
     deps.log?.({ level: 'error', msg: 'request failed', path: c.req.path, error: e instanceof Error ? e.name : 'unknown' });
     return c.json(unavailable().toBody(), 503);
@@ -147,7 +196,9 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   app.use('/v1/*', jsonBody);
 
   app.openapi(routes.mint, async (c) => send(c, await authority.mint(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'])));
-  app.openapi(routes.attenuate, async (c) => send(c, await authority.attenuate(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'])));
+  app.openapi(routes.attenuate, async (c) =>
+    send(c, await authority.attenuate(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'])),
+  );
   app.openapi(routes.approve, async (c) => send(c, await authority.approve(c.get('tenantId'), c.req.valid('json'))));
   app.openapi(routes.revoke, async (c) => send(c, await authority.revoke(c.get('tenantId'), c.req.valid('json'))));
   app.openapi(routes.get, async (c) => send(c, await reads.capability(c.get('tenantId'), c.req.valid('param').id)));
@@ -189,7 +240,14 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     ['/readyz', 'Readiness: 503 while the database is unreachable', [503]],
   ];
   for (const [path, summary, failures] of keyless) {
-    app.openAPIRegistry.registerPath({ method: 'get', path, tags: ['public'], summary, security: [], responses: { 200: json(Any, summary), ...errors(...failures) } });
+    app.openAPIRegistry.registerPath({
+      method: 'get',
+      path,
+      tags: ['public'],
+      summary,
+      security: [],
+      responses: { 200: json(Any, summary), ...errors(...failures) },
+    });
   }
   app.doc31('/openapi.json', {
     openapi: '3.1.0',

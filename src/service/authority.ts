@@ -133,7 +133,9 @@ export class Authority {
     return this.issue(tenantId, 'attenuate', idempotencyKey, body, async (fence) => {
       if (!verified.ok || verified.capability.tenant !== tenantId) {
         const detail = !verified.ok ? verified.message : 'the parent capability belongs to another tenant';
-        return this.deps.writer.submit(this.refusal(tenantId, fence, null, body.trajectory_id ?? null, [{ component: 'parent', code: 'parent_invalid', detail }]));
+        return this.deps.writer.submit(
+          this.refusal(tenantId, fence, null, body.trajectory_id ?? null, [{ component: 'parent', code: 'parent_invalid', detail }]),
+        );
       }
       const parent = verified.capability;
       const iat = seconds(this.deps.now());
@@ -161,21 +163,39 @@ export class Authority {
             all.unshift({ component: 'parent', code: 'parent_invalid', detail: 'the parent capability is not known to this authority' });
           } else {
             const revoked = chain.find((l) => l.revoked);
-            if (revoked !== undefined) all.unshift({ component: 'parent', code: 'parent_revoked', detail: revoked.id === parent.id ? 'the parent capability is revoked' : `ancestor ${revoked.id} is revoked` });
+            if (revoked !== undefined)
+              all.unshift({
+                component: 'parent',
+                code: 'parent_revoked',
+                detail: revoked.id === parent.id ? 'the parent capability is revoked' : `ancestor ${revoked.id} is revoked`,
+              });
             if (parent.exp * 1000 <= now.getTime() && !all.some((v) => v.code === 'parent_expired')) {
               all.unshift({ component: 'parent', code: 'parent_expired', detail: 'the parent capability has expired' });
             }
           }
           if (all.length > 0) return this.refusal(tenantId, fence, parent.id, claims.trajectory, all).run(tx, now);
-          await tx.insertCapability(this.newRow(claims, chain.map((l) => l.id)));
+          await tx.insertCapability(
+            this.newRow(
+              claims,
+              chain.map((l) => l.id),
+            ),
+          );
           return this.issued('attenuate', claims, token);
         },
       });
     });
   }
 
-  private refusal(tenantId: string, fence: Fence | null, parentId: string | null, trajectoryId: string | null, violations: Violation[]): DecisionUnit<IssueResult> {
-    const error = new ApiError(403, 'attenuation_refused', `the child would hold more than its parent: ${violations.map((v) => v.code).join(', ')}`, { violations });
+  private refusal(
+    tenantId: string,
+    fence: Fence | null,
+    parentId: string | null,
+    trajectoryId: string | null,
+    violations: Violation[],
+  ): DecisionUnit<IssueResult> {
+    const error = new ApiError(403, 'attenuation_refused', `the child would hold more than its parent: ${violations.map((v) => v.code).join(', ')}`, {
+      violations,
+    });
     const response = { status: 403, body: error.toBody() };
     return {
       tenantId,
@@ -244,7 +264,13 @@ export class Authority {
   }
 
   /** Runs an issuing decision under its Idempotency-Key (API.md: same key and body → first response). */
-  private async issue(tenantId: string, scope: 'mint' | 'attenuate', key: string | undefined, body: unknown, decide: (fence: Fence | null) => Promise<IssueResult>): Promise<Reply> {
+  private async issue(
+    tenantId: string,
+    scope: 'mint' | 'attenuate',
+    key: string | undefined,
+    body: unknown,
+    decide: (fence: Fence | null) => Promise<IssueResult>,
+  ): Promise<Reply> {
     const outcome = await this.idempotent({ tenantId, scope, key }, key === undefined ? undefined : hashJson(body), decide);
     if ('replay' in outcome) return this.replayIssued(outcome.replay);
     return outcome.result.response;
@@ -267,7 +293,8 @@ export class Authority {
   async approve(tenantId: string, body: ApproveBody): Promise<Reply> {
     const errors: FieldError[] = [];
     const target = canonicalTarget(body.target);
-    if (!target.ok) errors.push({ path: `target.${body.target.kind === 'url' ? 'url' : body.target.kind === 'path' ? 'path' : 'name'}`, message: target.error });
+    if (!target.ok)
+      errors.push({ path: `target.${body.target.kind === 'url' ? 'url' : body.target.kind === 'path' ? 'path' : 'name'}`, message: target.error });
     const cost = toMicro(body.cost);
     if (!cost.ok) errors.push({ path: 'cost', message: cost.error });
     if (!target.ok || !cost.ok) throw invalidRequest(errors);
@@ -275,7 +302,8 @@ export class Authority {
     const callId = body.call_id ?? null;
 
     const verified = await this.tokens.verify(body.token);
-    if (!verified.ok) return this.approveReply(await this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, deny(verified.code, verified.message))));
+    if (!verified.ok)
+      return this.approveReply(await this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, deny(verified.code, verified.message))));
     const cap = verified.capability;
     if (cap.tenant !== tenantId) {
       const d = deny('tenant_mismatch', 'the capability belongs to another tenant');
@@ -283,15 +311,20 @@ export class Authority {
     }
     // Hashed only when a call_id asks for idempotency: it is on every approval's path otherwise.
     const requestHash = callId === null ? undefined : hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args });
-    const outcome = await this.idempotent(
-      { tenantId, scope: 'approve', key: callId === null ? undefined : `${cap.id}:${callId}` },
-      requestHash,
-      (fence) => this.deps.writer.submit(this.approveUnit(tenantId, fence, cap, req, callId, null)),
+    const outcome = await this.idempotent({ tenantId, scope: 'approve', key: callId === null ? undefined : `${cap.id}:${callId}` }, requestHash, (fence) =>
+      this.deps.writer.submit(this.approveUnit(tenantId, fence, cap, req, callId, null)),
     );
     return 'replay' in outcome ? outcome.replay : this.approveReply(outcome.result);
   }
 
-  private approveUnit(tenantId: string, fence: Fence | null, cap: VerifiedCapability | null, req: ApproveRequest, callId: string | null, preDenied: Deny | null): DecisionUnit<ApproveResult> {
+  private approveUnit(
+    tenantId: string,
+    fence: Fence | null,
+    cap: VerifiedCapability | null,
+    req: ApproveRequest,
+    callId: string | null,
+    preDenied: Deny | null,
+  ): DecisionUnit<ApproveResult> {
     return {
       tenantId,
       fence,
@@ -308,7 +341,10 @@ export class Authority {
             const d = evaluateApprove(cap, req, now.getTime(), chain);
             decision = d;
             if (d.decision === 'grant') {
-              await tx.charge(chain.map((l) => l.id), req.cost);
+              await tx.charge(
+                chain.map((l) => l.id),
+                req.cost,
+              );
               remaining = { budgetRemaining: d.budgetRemaining, callsRemaining: d.callsRemaining };
             } else remaining = remainingOf(chain);
           }
@@ -385,7 +421,11 @@ export class Authority {
   // ---- idempotency and failure ----------------------------------------------------------------
 
   /** Runs `decide` under an idempotency key (when given): claim, decide, and settle on failure. */
-  private async idempotent<R>(k: Omit<IdemKey, 'key'> & { key: string | undefined }, requestHash: string | undefined, decide: (fence: Fence | null) => Promise<R>): Promise<{ result: R } | { replay: StoredResponse }> {
+  private async idempotent<R>(
+    k: Omit<IdemKey, 'key'> & { key: string | undefined },
+    requestHash: string | undefined,
+    decide: (fence: Fence | null) => Promise<R>,
+  ): Promise<{ result: R } | { replay: StoredResponse }> {
     if (k.key === undefined || requestHash === undefined) return { result: await this.guard(() => decide(null)) };
     const key: IdemKey = { tenantId: k.tenantId, scope: k.scope, key: k.key };
     const c = await this.guard(() => claim(this.deps.store.db, key, requestHash, newId('own'), this.deps.now()));

@@ -109,7 +109,17 @@ const linkColumns = {
   calls: capabilities.calls,
 };
 
-type LinkRow = { id: string; tenantId: string; ancestors: string[]; depth: number; revokedAt: Date | null; budget: string | null; spent: string; maxCalls: number | null; calls: number };
+type LinkRow = {
+  id: string;
+  tenantId: string;
+  ancestors: string[];
+  depth: number;
+  revokedAt: Date | null;
+  budget: string | null;
+  spent: string;
+  maxCalls: number | null;
+  calls: number;
+};
 
 /** jsonb through an explicit cast, so both drivers store the value itself, never a JSON string of it. */
 export function jsonb(v: unknown): SQL | null {

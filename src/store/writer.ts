@@ -125,12 +125,7 @@ export class DecisionWriter {
   private async decideAll(tx: Tx, batch: Pending[], settled: Settle[]): Promise<void> {
     const now = this.options.now();
     const tenantIds = [...new Set(batch.map((p) => p.unit.tenantId))].sort();
-    const heads = await tx
-      .select()
-      .from(auditHeads)
-      .where(inArray(auditHeads.tenantId, tenantIds))
-      .orderBy(auditHeads.tenantId)
-      .for('update');
+    const heads = await tx.select().from(auditHeads).where(inArray(auditHeads.tenantId, tenantIds)).orderBy(auditHeads.tenantId).for('update');
     const chain = new Map(heads.map((h) => [h.tenantId, { seq: Number(h.seq), hash: h.hash, lastId: h.lastId }]));
     const rows: AuditRecord[] = [];
     const dtx = decisionTx(tx);

@@ -131,12 +131,12 @@ describe('rotation', () => {
     expect(r.ok ? 'ok' : r.code).toBe('unknown_key');
   });
 
-  test('generateSigningJwk makes a new private key named by its thumbprint', async () => {
+  test('generateSigningJwk makes a new private key named by the start of its thumbprint', async () => {
     const a = await generateSigningJwk();
     const b = await generateSigningJwk();
     expect(a.x).not.toBe(b.x);
     expect(typeof a.d).toBe('string');
-    expect(a.kid).toBe(await calculateJwkThumbprint({ kty: 'OKP', crv: 'Ed25519', x: a.x as string }));
+    expect(a.kid).toBe((await calculateJwkThumbprint({ kty: 'OKP', crv: 'Ed25519', x: a.x as string })).slice(0, 16));
     expect((await loadKeyRing({ keys: [a] })).activeKid).toBe(a.kid);
   });
 });

@@ -37,7 +37,14 @@ describe.each(BACKENDS)('approve on %s', (backend) => {
 
   async function mintRoot(predicate: Body = { budget: 10, max_calls: 100, max_depth: 3 }, over: Body = {}): Promise<Issued> {
     const t = traj();
-    const r = await h.call('POST', '/v1/capabilities', { trajectory_id: t, rights: ['read', 'write'], objects: [{ kind: 'path', prefix: `/workspace/${t}` }], predicate, ttl_s: 3600, ...over });
+    const r = await h.call('POST', '/v1/capabilities', {
+      trajectory_id: t,
+      rights: ['read', 'write'],
+      objects: [{ kind: 'path', prefix: `/workspace/${t}` }],
+      predicate,
+      ttl_s: 3600,
+      ...over,
+    });
     expect(r.status).toBe(201);
     return r.body as Issued;
   }
@@ -105,11 +112,24 @@ describe.each(BACKENDS)('approve on %s', (backend) => {
 
   test('grant: the documented shape, remaining budget and calls, and an audit entry with the request', async () => {
     const cap = await mintRoot({ budget: 2, max_calls: 5 });
-    const r = await approve(cap, { op: 'write', cost: 0.25, call_id: 'c-1', args: { n: 1 }, target: { kind: 'path', path: `${cap.objects[0]?.prefix}/./a/../b` } });
+    const r = await approve(cap, {
+      op: 'write',
+      cost: 0.25,
+      call_id: 'c-1',
+      args: { n: 1 },
+      target: { kind: 'path', path: `${cap.objects[0]?.prefix}/./a/../b` },
+    });
     await expectDecision(r, 'grant');
     expect(r.body).toMatchObject({ capability_id: cap.capability_id, budget_remaining: 1.75, calls_remaining: 4 });
     const entry = await auditEntry(r.body.audit_id);
-    expect(entry).toMatchObject({ op: 'write', target: { kind: 'path', path: `${cap.objects[0]?.prefix}/b` }, cost: 0.25, call_id: 'c-1', trajectory_id: cap.trajectory_id, parent_id: null });
+    expect(entry).toMatchObject({
+      op: 'write',
+      target: { kind: 'path', path: `${cap.objects[0]?.prefix}/b` },
+      cost: 0.25,
+      call_id: 'c-1',
+      trajectory_id: cap.trajectory_id,
+      parent_id: null,
+    });
   });
 
   test('grant without budget or max_calls: both remaining are null', async () => {

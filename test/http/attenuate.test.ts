@@ -74,7 +74,17 @@ describe.each(BACKENDS)('attenuate on %s', (backend) => {
     const root = await mintRoot();
     const r = await attenuate(childBody(root, { ttl_s: 600, trajectory_id: `${root.trajectory_id}.sub-1` }));
     expect(r.status).toBe(201);
-    expect(Object.keys(r.body).sort()).toEqual(['capability_id', 'depth', 'expires_at', 'objects', 'parent_id', 'predicate', 'rights', 'token', 'trajectory_id']);
+    expect(Object.keys(r.body).sort()).toEqual([
+      'capability_id',
+      'depth',
+      'expires_at',
+      'objects',
+      'parent_id',
+      'predicate',
+      'rights',
+      'token',
+      'trajectory_id',
+    ]);
     expect(r.body).toMatchObject({
       parent_id: root.capability_id,
       depth: 1,
@@ -100,7 +110,13 @@ describe.each(BACKENDS)('attenuate on %s', (backend) => {
 
   test('an equal child is allowed (⪯ is not strict, except max_depth)', async () => {
     const root = await mintRoot();
-    const r = await attenuate({ parent_token: root.token, rights: ['write', 'read'], objects: [{ kind: 'path', prefix: `/workspace/${root.trajectory_id}/` }], predicate: { max_cost: 1, budget: 10, max_calls: 100, max_depth: 2 }, ttl_s: 3600 });
+    const r = await attenuate({
+      parent_token: root.token,
+      rights: ['write', 'read'],
+      objects: [{ kind: 'path', prefix: `/workspace/${root.trajectory_id}/` }],
+      predicate: { max_cost: 1, budget: 10, max_calls: 100, max_depth: 2 },
+      ttl_s: 3600,
+    });
     expect(r.status).toBe(201);
   });
 
@@ -122,7 +138,11 @@ describe.each(BACKENDS)('attenuate on %s', (backend) => {
     ['predicate_widened: budget raised', { predicate: { max_cost: 0.5, budget: 10.000001, max_calls: 50, max_depth: 2 } }, ['predicate/predicate_widened']],
     ['predicate_widened: max_cost raised', { predicate: { max_cost: 2, budget: 5, max_calls: 50, max_depth: 2 } }, ['predicate/predicate_widened']],
     ['predicate_widened: max_calls raised', { predicate: { max_cost: 0.5, budget: 5, max_calls: 101, max_depth: 2 } }, ['predicate/predicate_widened']],
-    ['predicate_widened: max_depth not below the parent', { predicate: { max_cost: 0.5, budget: 5, max_calls: 50, max_depth: 3 } }, ['predicate/predicate_widened']],
+    [
+      'predicate_widened: max_depth not below the parent',
+      { predicate: { max_cost: 0.5, budget: 5, max_calls: 50, max_depth: 3 } },
+      ['predicate/predicate_widened'],
+    ],
     ['expiry_extended', { ttl_s: 3601 }, ['expiry/expiry_extended']],
   ])('403 attenuation_refused: %s', async (_name, over, expected) => {
     const root = await mintRoot();
@@ -176,7 +196,7 @@ describe.each(BACKENDS)('attenuate on %s', (backend) => {
     expect(violations(r.body)).toEqual(['parent/parent_invalid']);
   });
 
-  test("parent_invalid: a parent token of another tenant, and nothing is issued", async () => {
+  test('parent_invalid: a parent token of another tenant, and nothing is issued', async () => {
     const rootOfB = await mintRoot({}, 'b');
     const r = await attenuate(childBody(rootOfB), 'a');
     expect(r.status).toBe(403);
@@ -190,7 +210,19 @@ describe.each(BACKENDS)('attenuate on %s', (backend) => {
   /** A token for the claims of `parent` (optionally under another id), signed by `ring`. */
   async function resign(parent: Issued, ring: KeyRing, id = parent.capability_id): Promise<string> {
     const payload = JSON.parse(Buffer.from(parent.token.split('.')[1] as string, 'base64url').toString('utf8')) as Record<string, unknown>;
-    const claims = { id, tenant: payload.ten, trajectory: payload.sub, parent: null, depth: 0, rights: payload.r, objects: payload.o, predicate: payload.p, iat: payload.iat, nbf: payload.nbf, exp: payload.exp } as unknown as CapabilityClaims;
+    const claims = {
+      id,
+      tenant: payload.ten,
+      trajectory: payload.sub,
+      parent: null,
+      depth: 0,
+      rights: payload.r,
+      objects: payload.o,
+      predicate: payload.p,
+      iat: payload.iat,
+      nbf: payload.nbf,
+      exp: payload.exp,
+    } as unknown as CapabilityClaims;
     return signToken(ring, claims);
   }
 

@@ -229,7 +229,9 @@ describe.each(BACKENDS)('unavailable database on %s', (backend) => {
     const m = await h.call('POST', '/v1/capabilities', mintBody({ trajectory_id: 'down-1' }));
     expect(m.status).toBe(201);
     token = m.body.token;
-    expect((await h.call('POST', '/v1/approve', { token, op: 'read', target: { kind: 'path', path: '/workspace/t-1/a' }, cost: 0 })).body.decision).toBe('grant');
+    expect((await h.call('POST', '/v1/approve', { token, op: 'read', target: { kind: 'path', path: '/workspace/t-1/a' }, cost: 0 })).body.decision).toBe(
+      'grant',
+    );
     await h.database.close();
   });
   // The database is already closed (and on a server, dropped); only pending writes remain to settle.
@@ -254,7 +256,17 @@ describe.each(BACKENDS)('unavailable database on %s', (backend) => {
   test.each([
     ['mint', '/v1/capabilities', () => mintBody({ trajectory_id: 'down-2' }), {}],
     ['mint with an Idempotency-Key', '/v1/capabilities', () => mintBody({ trajectory_id: 'down-3' }), { 'idempotency-key': 'k-down' }],
-    ['attenuate', '/v1/attenuate', () => ({ parent_token: token, rights: ['read'], objects: [{ kind: 'path', prefix: '/workspace/t-1' }], predicate: { budget: 1, max_calls: 1, max_depth: 0 } }), {}],
+    [
+      'attenuate',
+      '/v1/attenuate',
+      () => ({
+        parent_token: token,
+        rights: ['read'],
+        objects: [{ kind: 'path', prefix: '/workspace/t-1' }],
+        predicate: { budget: 1, max_calls: 1, max_depth: 0 },
+      }),
+      {},
+    ],
   ])('%s: 503 unavailable, no token', async (_name, path, body, headers) => {
     const r = await h.call('POST', path, body(), { headers });
     expectError(r, 503, 'unavailable');

@@ -40,7 +40,8 @@ describe.each(BACKENDS)('idempotency on %s', (backend) => {
   const mint = (body: Body, key?: string, as: 'a' | 'b' = 'a'): Promise<Called> =>
     h.call('POST', '/v1/capabilities', body, { as, headers: key === undefined ? {} : { 'idempotency-key': key } });
 
-  const attenuate = (body: Body, key?: string): Promise<Called> => h.call('POST', '/v1/attenuate', body, { headers: key === undefined ? {} : { 'idempotency-key': key } });
+  const attenuate = (body: Body, key?: string): Promise<Called> =>
+    h.call('POST', '/v1/attenuate', body, { headers: key === undefined ? {} : { 'idempotency-key': key } });
 
   async function mintRoot(predicate: Body = { budget: 10, max_calls: 100, max_depth: 3 }): Promise<Issued> {
     const r = await mint(mintBodyFor(traj(), { predicate }));
@@ -293,7 +294,12 @@ describe.each(BACKENDS)('idempotency on %s', (backend) => {
 
     test('the same call_id under a child and its parent is two calls, both charged to the parent', async () => {
       const root = await mintRoot();
-      const child = await attenuate({ parent_token: root.token, rights: ['read'], objects: root.objects, predicate: { budget: 1, max_calls: 10, max_depth: 1 } });
+      const child = await attenuate({
+        parent_token: root.token,
+        rights: ['read'],
+        objects: root.objects,
+        predicate: { budget: 1, max_calls: 10, max_depth: 1 },
+      });
       expect(child.status).toBe(201);
       const a = await approve(root, { call_id: 'c-tree' });
       const b = await approve(child.body as Issued, { call_id: 'c-tree' });

@@ -30,7 +30,14 @@ describe.each(BACKENDS)('mint on %s', (backend) => {
     const r = await h.call('POST', '/v1/capabilities', mintBody({ trajectory_id: t, predicate, ttl_s: 5400 }));
     expect(r.status).toBe(201);
     expect(Object.keys(r.body).sort()).toEqual(MINT_FIELDS);
-    expect(r.body).toMatchObject({ trajectory_id: t, parent_id: null, depth: 0, rights: ['read', 'write'], objects: [{ kind: 'path', prefix: '/workspace/t-1' }], predicate });
+    expect(r.body).toMatchObject({
+      trajectory_id: t,
+      parent_id: null,
+      depth: 0,
+      rights: ['read', 'write'],
+      objects: [{ kind: 'path', prefix: '/workspace/t-1' }],
+      predicate,
+    });
     expect(r.body.capability_id).toMatch(/^[A-Za-z0-9_-]{1,64}$/);
     expect(r.body.expires_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/);
     expect(Date.parse(r.body.expires_at)).toBe(h.clock.ms + 5400 * 1000);

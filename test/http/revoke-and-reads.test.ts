@@ -23,7 +23,23 @@ interface Issued {
 
 type Body = Record<string, unknown>;
 
-const AUDIT_ENTRY_FIELDS = ['id', 'at', 'event', 'decision', 'reason_code', 'capability_id', 'parent_id', 'trajectory_id', 'op', 'target', 'cost', 'call_id', 'detail', 'hash', 'prev_hash'];
+const AUDIT_ENTRY_FIELDS = [
+  'id',
+  'at',
+  'event',
+  'decision',
+  'reason_code',
+  'capability_id',
+  'parent_id',
+  'trajectory_id',
+  'op',
+  'target',
+  'cost',
+  'call_id',
+  'detail',
+  'hash',
+  'prev_hash',
+];
 
 describe.each(BACKENDS)('revoke and reads on %s', (backend) => {
   let h: Harness;
@@ -38,13 +54,30 @@ describe.each(BACKENDS)('revoke and reads on %s', (backend) => {
 
   async function mintRoot(over: Body = {}, apiKey?: string): Promise<Issued> {
     const t = traj();
-    const r = await call('POST', '/v1/capabilities', { trajectory_id: t, rights: ['read', 'write'], objects: [{ kind: 'path', prefix: `/workspace/${t}` }], predicate: { budget: 10, max_calls: 100, max_depth: 3 }, ttl_s: 3600, ...over }, apiKey);
+    const r = await call(
+      'POST',
+      '/v1/capabilities',
+      {
+        trajectory_id: t,
+        rights: ['read', 'write'],
+        objects: [{ kind: 'path', prefix: `/workspace/${t}` }],
+        predicate: { budget: 10, max_calls: 100, max_depth: 3 },
+        ttl_s: 3600,
+        ...over,
+      },
+      apiKey,
+    );
     expect(r.status).toBe(201);
     return r.body as Issued;
   }
 
   async function childOf(parent: Issued, depth: number, predicate: Body = { budget: 10, max_calls: 100 }): Promise<Issued> {
-    const r = await call('POST', '/v1/attenuate', { parent_token: parent.token, rights: ['read'], objects: parent.objects, predicate: { ...predicate, max_depth: depth } });
+    const r = await call('POST', '/v1/attenuate', {
+      parent_token: parent.token,
+      rights: ['read'],
+      objects: parent.objects,
+      predicate: { ...predicate, max_depth: depth },
+    });
     expect(r.status).toBe(201);
     return r.body as Issued;
   }
@@ -52,7 +85,8 @@ describe.each(BACKENDS)('revoke and reads on %s', (backend) => {
   const approve = (cap: Issued, cost = 0, apiKey?: string): Promise<Called> =>
     call('POST', '/v1/approve', { token: cap.token, op: 'read', target: { kind: 'path', path: `${cap.objects[0]?.prefix}/f` }, cost }, apiKey);
 
-  const revoke = (id: string, apiKey?: string, reason?: string): Promise<Called> => call('POST', '/v1/revoke', reason === undefined ? { capability_id: id } : { capability_id: id, reason }, apiKey);
+  const revoke = (id: string, apiKey?: string, reason?: string): Promise<Called> =>
+    call('POST', '/v1/revoke', reason === undefined ? { capability_id: id } : { capability_id: id, reason }, apiKey);
 
   /** A tree: root → a → a1, root → b. */
   async function tree(): Promise<{ root: Issued; a: Issued; a1: Issued; b: Issued }> {
@@ -220,7 +254,14 @@ describe.each(BACKENDS)('revoke and reads on %s', (backend) => {
       expect(entries.map((e) => e.event)).toEqual(['mint', 'attenuate', 'approve', 'approve', 'approve']);
       for (const e of entries) for (const f of AUDIT_ENTRY_FIELDS) expect(e).toHaveProperty(f);
       expect(entries.map((e) => Date.parse(e.at as string))).toEqual([...entries].map((e) => Date.parse(e.at as string)).sort((x, y) => x - y));
-      expect(entries[2]).toMatchObject({ capability_id: root.capability_id, op: 'read', target: { kind: 'path', path: `${root.objects[0]?.prefix}/f` }, cost: 0.5, call_id: null, reason_code: null });
+      expect(entries[2]).toMatchObject({
+        capability_id: root.capability_id,
+        op: 'read',
+        target: { kind: 'path', path: `${root.objects[0]?.prefix}/f` },
+        cost: 0.5,
+        call_id: null,
+        reason_code: null,
+      });
       expect(entries[4]).toMatchObject({ decision: 'deny', reason_code: 'cost_exceeds_max', cost: 2 });
     });
 
@@ -270,7 +311,7 @@ describe.each(BACKENDS)('revoke and reads on %s', (backend) => {
       expect(rest.body.next).toBeNull();
     });
 
-    test("a tenant sees only its own entries", async () => {
+    test('a tenant sees only its own entries', async () => {
       const ofB = await mintRoot({}, h.tenants.b);
       const asA = await call('GET', `/v1/capabilities/${ofB.capability_id}`);
       expect(asA.status).toBe(404);
