@@ -64,6 +64,10 @@ export interface WriterOptions {
   readonly onBatch?: (size: number) => void;
 }
 
+/** Batches at least this big count as load (see `drain`). */
+const COALESCE_AFTER = 8;
+const COALESCE_MS = 1;
+
 export class DecisionWriter {
   private queue: Pending[] = [];
   private running: Promise<void> | null = null;
@@ -91,8 +95,14 @@ export class DecisionWriter {
 
   private async drain(): Promise<void> {
     try {
+      let last = 0;
       while (this.queue.length > 0) {
+        // Under load, the answers of a big batch bring the next wave of requests a moment later:
+        // a batch of the few stragglers queued meanwhile would cost a whole round of the database
+        // for almost nothing. Wait briefly for the wave; at low load (small batches) never wait.
+        if (last >= COALESCE_AFTER && this.queue.length < last / 4) await new Promise((r) => setTimeout(r, COALESCE_MS));
         const batch = this.queue.splice(0, this.maxBatch);
+        last = batch.length;
         this.options.onBatch?.(batch.length);
         await this.runBatch(batch);
       }
