@@ -6,7 +6,7 @@
  * No unit's promise resolves before its batch has committed: fail closed.
  */
 import { inArray, sql } from 'drizzle-orm';
-import { rowHash } from './audit.js';
+import { hashedFields, rowHash } from './audit.js';
 import { complete, holdFence, type Fence, type StoredResponse } from './idempotency.js';
 import { audit, auditHeads } from './schema.js';
 import { decisionTx, StoreUnavailable, type AuditRecord, type Db, type DecisionTx, type Tx } from './store.js';
@@ -180,25 +180,7 @@ export class DecisionWriter {
   }
 }
 
-/** An audit row as the JSON record the batch insert reads (column names, text for money and time). */
+/** An audit row as the JSON record the batch insert reads: the hashed fields (column names) and the hash. */
 function auditJson(r: AuditRecord): Record<string, unknown> {
-  return {
-    tenant_id: r.tenantId,
-    seq: r.seq,
-    id: r.id,
-    at: r.at.toISOString(),
-    event: r.event,
-    decision: r.decision,
-    reason_code: r.reasonCode,
-    capability_id: r.capabilityId,
-    parent_id: r.parentId,
-    trajectory_id: r.trajectoryId,
-    op: r.op,
-    target: r.target ?? null,
-    cost: r.cost,
-    call_id: r.callId,
-    detail: r.detail ?? null,
-    prev_hash: r.prevHash,
-    hash: r.hash,
-  };
+  return { ...hashedFields(r), hash: r.hash };
 }
