@@ -156,6 +156,9 @@ describe('failedArgBound (evaluation)', () => {
     ['one_of: an unlisted boolean', oneOf('b', ['main', 'dev', 1, true]), { b: false }, false],
     ['one_of: missing', oneOf('b', ['main', 'dev', 1, true]), {}, false],
     ['one_of: a name of Object.prototype, missing', oneOf('toString', ['x']), {}, false],
+    // Only own properties are arguments: an inherited value that would meet the bound is still missing.
+    ['max: a value only inherited, missing', max('n', 10), Object.create({ n: 1 }) as Record<string, Scalar>, false],
+    ['one_of: a value only inherited, missing', oneOf('b', ['main']), Object.create({ b: 'main' }) as Record<string, Scalar>, false],
   ])('%s', (_name, bound, args, holds) => {
     expect(failedArgBound(pred({ args: [bound] }), args) === null).toBe(holds);
   });

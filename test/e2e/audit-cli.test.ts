@@ -24,7 +24,7 @@ describe.each(BACKENDS)('npm run audit -- verify on %s', (backend) => {
 
   /** Opens the database the CLI will read, runs `f` against it, and closes it again. */
   async function withDatabase<T>(f: (store: Store) => Promise<T>): Promise<T> {
-    const database = await openDatabase(env.DATABASE_URL === undefined ? { dataDir: env.WARRANT_DATA_DIR as string } : { databaseUrl: env.DATABASE_URL });
+    const database = await openDatabase(env.DATABASE_URL === undefined ? { dataDir: env.WARRANT_DATA_DIR } : { databaseUrl: env.DATABASE_URL });
     try {
       return await f(new Store(database.db));
     } finally {
