@@ -5,6 +5,7 @@
  */
 import { OpenAPIHono, createRoute, z } from '@hono/zod-openapi';
 import type { Context, MiddlewareHandler } from 'hono';
+import { swaggerUI } from '@hono/swagger-ui';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { ZodError } from 'zod';
@@ -28,6 +29,7 @@ export interface AppDeps {
 type Env = { Variables: { tenantId: string } };
 
 export const MAX_BODY_BYTES = 64 * 1024;
+const SWAGGER_UI_VERSION = '5.35.0';
 
 function fieldErrors(error: ZodError, prefix: string): FieldError[] {
   const out: FieldError[] = [];
@@ -222,6 +224,8 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     c.header('Cache-Control', 'public, max-age=300');
     return c.json(deps.keys.jwks);
   });
+  // An interactive reference over the same document; its assets come from a CDN at a pinned version.
+  app.get('/docs', swaggerUI({ url: '/openapi.json', version: SWAGGER_UI_VERSION, persistAuthorization: true, title: 'Warrant API' }));
   app.get('/healthz', (c) => c.json({ ok: true }));
   app.get('/readyz', async (c) => {
     try {
