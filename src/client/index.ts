@@ -1,0 +1,215 @@
+/**
+ * A typed client of the Warrant HTTP API (API.md) for runtimes, subagent spawners and sandbox
+ * drivers, on anything with `fetch` (Node, Workers, browsers). Request types are the server's own
+ * zod schemas; every error answer becomes a `WarrantError` with its stable `code`. Tokens can also
+ * be checked offline against the authority's `/.well-known/jwks.json` (signature and expiry only:
+ * revocation and budgets are known to `/v1/approve` alone).
+ */
+import { compactVerify, createLocalJWKSet, createRemoteJWKSet, type JSONWebKeySet } from 'jose';
+import type { z } from 'zod';
+import type { ApproveBody, AttenuateBody, MintBody, RevokeBody } from '../core/schemas.js';
+import type { ArgBound, Right, RawObject, RawPredicate, RawTarget } from '../core/types.js';
+
+export type MintRequest = z.input<typeof MintBody>;
+export type AttenuateRequest = z.input<typeof AttenuateBody>;
+export type ApproveRequest = z.input<typeof ApproveBody>;
+export type RevokeRequest = z.input<typeof RevokeBody>;
+export type { ArgBound, RawObject as ObjectRef, RawPredicate as Predicate, RawTarget as TargetRef, Right };
+
+export interface Capability {
+  readonly capability_id: string;
+  readonly token: string;
+  readonly trajectory_id: string;
+  readonly parent_id: string | null;
+  readonly depth: number;
+  readonly rights: Right[];
+  readonly objects: RawObject[];
+  readonly predicate: RawPredicate;
+  readonly expires_at: string;
+}
+
+export interface Decision {
+  readonly decision: 'grant' | 'deny';
+  readonly reason: { readonly code: string; readonly message: string } | null;
+  readonly capability_id: string | null;
+  readonly audit_id: string;
+  readonly budget_remaining: number | null;
+  readonly calls_remaining: number | null;
+}
+
+export interface StoredCapability extends Omit<Capability, 'token'> {
+  readonly status: 'active' | 'expired' | 'revoked';
+  readonly spent: number;
+  readonly calls: number;
+  readonly children: string[];
+}
+
+export interface AuditEntry {
+  readonly id: string;
+  readonly at: string;
+  readonly event: 'mint' | 'attenuate' | 'approve' | 'revoke';
+  readonly decision: 'grant' | 'deny';
+  readonly reason_code: string | null;
+  readonly capability_id: string | null;
+  readonly parent_id: string | null;
+  readonly trajectory_id: string | null;
+  readonly op: string | null;
+  readonly target: unknown;
+  readonly cost: number | null;
+  readonly call_id: string | null;
+  readonly detail: unknown;
+  readonly hash: string;
+  readonly prev_hash: string;
+}
+
+export interface AuditQuery {
+  readonly trajectory_id?: string;
+  readonly capability_id?: string;
+  readonly decision?: 'grant' | 'deny';
+  readonly event?: AuditEntry['event'];
+  readonly after?: string;
+  readonly limit?: number;
+}
+
+export type AuditVerification =
+  { readonly ok: true; readonly entries: number; readonly head: string } | { readonly ok: false; readonly first_bad_id: string; readonly entries: number };
+
+/** An error answer of the authority (API.md "Errors"), or `network` when none came. */
+export class WarrantError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    /** attenuation_refused: every violation; invalid_request: the failing fields. */
+    readonly details: Readonly<Record<string, unknown>> = {},
+  ) {
+    super(message);
+    this.name = 'WarrantError';
+  }
+}
+
+export interface ClientOptions {
+  /** e.g. `http://127.0.0.1:8080` */
+  readonly baseUrl: string;
+  /** The tenant's API key (`wk.…`); sent only as a bearer credential. */
+  readonly apiKey: string;
+  readonly fetch?: typeof fetch;
+}
+
+export class WarrantClient {
+  private readonly base: string;
+  private readonly doFetch: typeof fetch;
+
+  constructor(private readonly options: ClientOptions) {
+    this.base = options.baseUrl.replace(/\/+$/, '');
+    this.doFetch = options.fetch ?? ((input, init) => fetch(input, init));
+  }
+
+  /** Mints a root capability for a trajectory. */
+  mint(body: MintRequest, options: { idempotencyKey?: string } = {}): Promise<Capability> {
+    return this.send('POST', '/v1/capabilities', body, options.idempotencyKey);
+  }
+
+  /** Issues a child capability; a refusal throws `attenuation_refused` with `details.violations`. */
+  attenuate(body: AttenuateRequest, options: { idempotencyKey?: string } = {}): Promise<Capability> {
+    return this.send('POST', '/v1/attenuate', body, options.idempotencyKey);
+  }
+
+  /** May this call run? A denial is an answer (`decision: 'deny'`), not an error. */
+  approve(body: ApproveRequest): Promise<Decision> {
+    return this.send('POST', '/v1/approve', body);
+  }
+
+  /** Revokes a capability and every descendant not already revoked; returns the ids revoked now. */
+  async revoke(body: RevokeRequest): Promise<string[]> {
+    return (await this.send<{ revoked: string[] }>('POST', '/v1/revoke', body)).revoked;
+  }
+
+  capability(id: string): Promise<StoredCapability> {
+    return this.send('GET', `/v1/capabilities/${encodeURIComponent(id)}`);
+  }
+
+  audit(query: AuditQuery = {}): Promise<{ entries: AuditEntry[]; next: string | null }> {
+    const q = new URLSearchParams(Object.entries(query).flatMap(([k, v]) => (v === undefined ? [] : [[k, String(v)]])));
+    const suffix = q.size > 0 ? `?${q.toString()}` : '';
+    return this.send('GET', `/v1/audit${suffix}`);
+  }
+
+  verifyAudit(): Promise<AuditVerification> {
+    return this.send('GET', '/v1/audit/verify');
+  }
+
+  private async send<T>(method: 'GET' | 'POST', path: string, body?: unknown, idempotencyKey?: string): Promise<T> {
+    const headers: Record<string, string> = { authorization: `Bearer ${this.options.apiKey}`, accept: 'application/json' };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (idempotencyKey !== undefined) headers['idempotency-key'] = idempotencyKey;
+    let res: Response;
+    try {
+      res = await this.doFetch(`${this.base}${path}`, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+    } catch (e) {
+      throw new WarrantError(0, 'network', `the authority could not be reached: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    const json = (await res.json().catch(() => null)) as unknown;
+    if (res.ok) return json as T;
+    const error = (json as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+    const { code, message, ...details } = (error ?? {}) as Record<string, unknown>;
+    throw new WarrantError(res.status, typeof code === 'string' ? code : 'unknown', typeof message === 'string' ? message : `HTTP ${res.status}`, details);
+  }
+}
+
+/** Claims of a token whose signature verified offline. */
+export interface OfflineClaims {
+  readonly capability_id: string;
+  readonly tenant: string;
+  readonly trajectory_id: string;
+  readonly parent_id: string | null;
+  readonly depth: number;
+  readonly rights: Right[];
+  readonly objects: RawObject[];
+  readonly predicate: RawPredicate;
+  readonly not_before: number;
+  readonly expires_at: number;
+}
+
+export type OfflineResult =
+  { readonly ok: true; readonly claims: OfflineClaims } | { readonly ok: false; readonly code: 'bad_token' | 'expired' | 'not_yet_valid' };
+
+/**
+ * Verifies a token's signature offline against a JWKS (a URL such as
+ * `http://127.0.0.1:8080/.well-known/jwks.json`, or the set itself), EdDSA only, and its validity
+ * window at `now`. Never a substitute for `approve`: revocation and budgets are not in the token.
+ */
+export async function verifyOffline(token: string, jwks: URL | JSONWebKeySet, now: Date = new Date()): Promise<OfflineResult> {
+  const keys = jwks instanceof URL ? createRemoteJWKSet(jwks) : createLocalJWKSet(jwks);
+  let payload: Uint8Array;
+  try {
+    ({ payload } = await compactVerify(token, keys, { algorithms: ['EdDSA'] }));
+  } catch {
+    return { ok: false, code: 'bad_token' };
+  }
+  let c: Record<string, unknown>;
+  try {
+    c = JSON.parse(new TextDecoder().decode(payload)) as Record<string, unknown>;
+  } catch {
+    return { ok: false, code: 'bad_token' };
+  }
+  if (typeof c.exp !== 'number' || typeof c.nbf !== 'number' || typeof c.jti !== 'string') return { ok: false, code: 'bad_token' };
+  const t = now.getTime() / 1000;
+  if (c.exp <= t) return { ok: false, code: 'expired' };
+  if (c.nbf > t) return { ok: false, code: 'not_yet_valid' };
+  return {
+    ok: true,
+    claims: {
+      capability_id: c.jti,
+      tenant: String(c.ten),
+      trajectory_id: String(c.sub),
+      parent_id: typeof c.par === 'string' ? c.par : null,
+      depth: Number(c.dep),
+      rights: c.r as Right[],
+      objects: c.o as RawObject[],
+      predicate: c.p as RawPredicate,
+      not_before: c.nbf,
+      expires_at: c.exp,
+    },
+  };
+}
