@@ -15,7 +15,9 @@ import type { Store } from '../store/store.js';
 import type { DecisionWriter } from '../store/writer.js';
 import { Authority, Reads, type Reply } from '../service/authority.js';
 import { ApiError, invalidRequest, unavailable, type FieldError } from '../service/errors.js';
+import { newId } from '../crypto/hash.js';
 import { Authenticator } from '../service/tenants.js';
+import type { Metrics } from './metrics.js';
 
 export interface AppDeps {
   readonly store: Store;
@@ -24,9 +26,11 @@ export interface AppDeps {
   readonly now: () => Date;
   /** Structured log sink; never given tokens or keys. */
   readonly log?: (entry: Record<string, unknown>) => void;
+  /** When given, decisions and latencies are counted and served at GET /metrics. */
+  readonly metrics?: Metrics;
 }
 
-type Env = { Variables: { tenantId: string } };
+type Env = { Variables: { tenantId: string; requestId: string } };
 
 export const MAX_BODY_BYTES = 64 * 1024;
 const SWAGGER_UI_VERSION = '5.35.0';
@@ -125,12 +129,15 @@ const jsonBody: MiddlewareHandler = async (c, next) => {
   const type = c.req.header('content-type') ?? '';
   if (!/^application\/json\s*(;|$)/i.test(type)) throw new ApiError(415, 'unsupported_media_type', 'the body must be application/json');
   const parse = async (): Promise<void> => {
+    let body: unknown;
     try {
-      await c.req.json();
+      body = await c.req.json();
     } catch (e) {
       if (e instanceof ApiError) throw e;
       throw invalidRequest([{ path: 'body', message: 'malformed JSON' }]);
     }
+    const proto = protoKeyPath(body);
+    if (proto !== undefined) throw invalidRequest([{ path: proto, message: 'unknown field' }]);
     await next();
   };
   // With a Content-Length (and no chunked encoding) the size is known up front: deciding on it here
@@ -148,6 +155,25 @@ const jsonBody: MiddlewareHandler = async (c, next) => {
     },
   })(c, parse);
 };
+
+/**
+ * The path of the first own `__proto__` key in a parsed body, if any. Closed objects report it as
+ * unknown, but zod's records skip it silently, so `args: {"__proto__": {...}}` would pass unchecked.
+ * Iterative: bodies may nest deeply.
+ */
+function protoKeyPath(root: unknown): string | undefined {
+  const stack: [unknown, string][] = [[root, '']];
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    const [value, path] = item;
+    if (typeof value !== 'object' || value === null) continue;
+    for (const key of Object.keys(value)) {
+      const at = path === '' ? key : `${path}.${key}`;
+      if (key === '__proto__') return at;
+      stack.push([(value as Record<string, unknown>)[key], at]);
+    }
+  }
+  return undefined;
+}
 
 const tooLarge = (): ApiError => new ApiError(413, 'payload_too_large', `the body must be at most ${MAX_BODY_BYTES} bytes`);
 
@@ -167,13 +193,39 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   });
   // Statuses come from the use cases (API.md); the route types cannot follow them, hence `never`.
   const send = (c: Context, r: Reply): never => c.json(r.body as object, r.status as 200) as never;
+  /** Counts a decision answer (mint/attenuate 201 or 403, approve grant/deny, revoke 200). */
+  const counted = (event: string, r: Reply): Reply => {
+    if (deps.metrics === undefined) return r;
+    const body = r.body as { decision?: 'grant' | 'deny'; reason?: { code: string } | null; error?: { code: string } };
+    if (body.decision !== undefined) deps.metrics.decision(event, body.decision, body.reason?.code ?? null);
+    else if (r.status === 403) deps.metrics.decision(event, 'deny', body.error?.code ?? null);
+    else if (r.status < 300) deps.metrics.decision(event, 'grant', null);
+    return r;
+  };
+
+  // Every answer carries a request id (the caller's X-Request-Id when well formed) for the logs.
+  app.use('*', async (c, next) => {
+    const started = performance.now();
+    const given = c.req.header('x-request-id');
+    const requestId = given !== undefined && /^[A-Za-z0-9._-]{1,64}$/.test(given) ? given : newId('req');
+    c.set('requestId', requestId);
+    await next();
+    c.header('X-Request-Id', requestId);
+    deps.metrics?.request(c.req.method, c.req.routePath, c.res.status, (performance.now() - started) / 1000);
+  });
 
   app.onError((e, c) => {
     if (e instanceof ApiError) return c.json(e.toBody(), e.status);
     if (e instanceof HTTPException && e.status === 415)
       return c.json(new ApiError(415, 'unsupported_media_type', 'the body must be application/json').toBody(), 415);
     if (e instanceof HTTPException && e.status < 500) return c.json(new ApiError(400, 'invalid_request', e.message).toBody(), 400);
-    deps.log?.({ level: 'error', msg: 'request failed', path: c.req.path, error: e instanceof Error ? e.name : 'unknown' });
+    deps.log?.({
+      level: 'error',
+      msg: 'request failed',
+      request_id: c.get('requestId'),
+      route: c.req.routePath,
+      error: e instanceof Error ? e.name : 'unknown',
+    });
     return c.json(unavailable().toBody(), 503);
   });
   app.notFound((c) => c.json(new ApiError(404, 'not_found', 'no such route').toBody(), 404));
@@ -197,12 +249,14 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   });
   app.use('/v1/*', jsonBody);
 
-  app.openapi(routes.mint, async (c) => send(c, await authority.mint(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'])));
-  app.openapi(routes.attenuate, async (c) =>
-    send(c, await authority.attenuate(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'])),
+  app.openapi(routes.mint, async (c) =>
+    send(c, counted('mint', await authority.mint(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key']))),
   );
-  app.openapi(routes.approve, async (c) => send(c, await authority.approve(c.get('tenantId'), c.req.valid('json'))));
-  app.openapi(routes.revoke, async (c) => send(c, await authority.revoke(c.get('tenantId'), c.req.valid('json'))));
+  app.openapi(routes.attenuate, async (c) =>
+    send(c, counted('attenuate', await authority.attenuate(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key']))),
+  );
+  app.openapi(routes.approve, async (c) => send(c, counted('approve', await authority.approve(c.get('tenantId'), c.req.valid('json')))));
+  app.openapi(routes.revoke, async (c) => send(c, counted('revoke', await authority.revoke(c.get('tenantId'), c.req.valid('json')))));
   app.openapi(routes.get, async (c) => send(c, await reads.capability(c.get('tenantId'), c.req.valid('param').id)));
   app.openapi(routes.audit, async (c) => {
     const q = c.req.valid('query');
@@ -227,6 +281,8 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   // An interactive reference over the same document; its assets come from a CDN at a pinned version.
   app.get('/docs', swaggerUI({ url: '/openapi.json', version: SWAGGER_UI_VERSION, persistAuthorization: true, title: 'Warrant API' }));
   app.get('/healthz', (c) => c.json({ ok: true }));
+  const metrics = deps.metrics;
+  if (metrics !== undefined) app.get('/metrics', (c) => c.text(metrics.render(), 200, { 'Content-Type': 'text/plain; version=0.0.4' }));
   app.get('/readyz', async (c) => {
     try {
       await deps.store.ping();

@@ -7,6 +7,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { serve } from '@hono/node-server';
 import { createApp } from '../http/app.js';
+import { Metrics } from '../http/metrics.js';
 import { createTenant } from '../service/tenants.js';
 import { Store } from '../store/store.js';
 import { DecisionWriter } from '../store/writer.js';
@@ -30,8 +31,9 @@ async function main(): Promise<void> {
   }
 
   const keys = await loadKeys(config, log);
-  const writer = new DecisionWriter(database.db, { now });
-  const app = createApp({ store, writer, keys, now, log });
+  const metrics = new Metrics();
+  const writer = new DecisionWriter(database.db, { now, onBatch: (size) => metrics.batch(size) });
+  const app = createApp({ store, writer, keys, now, log, metrics });
   const server = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, (info) => {
     log({ msg: `listening on http://${config.host}:${info.port}`, port: info.port, kid: keys.activeKid });
   });

@@ -1,0 +1,76 @@
+/**
+ * Prometheus metrics kept in process memory (text exposition format 0.0.4): decisions by event,
+ * decision and code, request latency by route and status, and audit batch sizes. Workers-safe (no
+ * I/O); the Node entry serves them at GET /metrics. Labels never carry tokens, keys or ids.
+ */
+
+const LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+
+class Histogram {
+  private readonly counts: number[];
+  private sum = 0;
+  private count = 0;
+  constructor(readonly buckets: readonly number[]) {
+    this.counts = buckets.map(() => 0);
+  }
+  observe(v: number): void {
+    this.buckets.forEach((b, i) => {
+      if (v <= b) this.counts[i] = (this.counts[i] ?? 0) + 1;
+    });
+    this.sum += v;
+    this.count += 1;
+  }
+  lines(name: string, labels: string): string[] {
+    const sep = labels === '' ? '' : `${labels},`;
+    return [
+      ...this.buckets.map((b, i) => `${name}_bucket{${sep}le="${b}"} ${this.counts[i] ?? 0}`),
+      `${name}_bucket{${sep}le="+Inf"} ${this.count}`,
+      `${name}_sum${labels === '' ? '' : `{${labels}}`} ${this.sum}`,
+      `${name}_count${labels === '' ? '' : `{${labels}}`} ${this.count}`,
+    ];
+  }
+}
+
+const label = (v: string): string => v.replace(/[\\"\n]/g, (ch) => (ch === '\n' ? '\\n' : `\\${ch}`));
+
+export class Metrics {
+  private readonly decisions = new Map<string, number>();
+  private readonly latency = new Map<string, Histogram>();
+  private readonly batches = new Histogram(BATCH_BUCKETS);
+
+  /** One decision: event (mint, attenuate, approve, revoke), grant or deny, and its code. */
+  decision(event: string, decision: 'grant' | 'deny', code: string | null): void {
+    const key = `event="${label(event)}",decision="${decision}",code="${label(code ?? '')}"`;
+    this.decisions.set(key, (this.decisions.get(key) ?? 0) + 1);
+  }
+
+  /** One answered request: its route pattern (never the raw path, which may hold ids) and status. */
+  request(method: string, route: string, status: number, seconds: number): void {
+    const key = `method="${label(method)}",route="${label(route)}",status="${status}"`;
+    let h = this.latency.get(key);
+    if (h === undefined) this.latency.set(key, (h = new Histogram(LATENCY_BUCKETS_S)));
+    h.observe(seconds);
+  }
+
+  /** One committed audit batch and how many decisions it held. */
+  batch(size: number): void {
+    this.batches.observe(size);
+  }
+
+  /** The exposition text. */
+  render(): string {
+    const out = [
+      '# HELP warrant_decisions_total Decisions by event, decision and reason code.',
+      '# TYPE warrant_decisions_total counter',
+      ...[...this.decisions].map(([k, n]) => `warrant_decisions_total{${k}} ${n}`),
+      '# HELP warrant_http_request_duration_seconds Time to answer, by route and status.',
+      '# TYPE warrant_http_request_duration_seconds histogram',
+      ...[...this.latency].flatMap(([k, h]) => h.lines('warrant_http_request_duration_seconds', k)),
+      '# HELP warrant_audit_batch_size Decisions per audit batch (group commit: one transaction, one commit).',
+      '# TYPE warrant_audit_batch_size histogram',
+      ...this.batches.lines('warrant_audit_batch_size', ''),
+    ];
+    return `${out.join('\n')}\n`;
+  }
+}

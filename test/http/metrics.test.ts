@@ -1,0 +1,60 @@
+/**
+ * GET /metrics (Prometheus text) when the app is given a Metrics: decisions counted by event,
+ * decision and code, latency by route pattern and status, audit batch sizes; and X-Request-Id on
+ * every answer. Without a Metrics the route does not exist.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { createApp } from '../../src/http/app.js';
+import { Metrics } from '../../src/http/metrics.js';
+import { DecisionWriter } from '../../src/store/writer.js';
+import { mintBody, startHarness, type Harness } from '../support/app.js';
+
+describe('metrics and request ids', () => {
+  let h: Harness;
+  let app: ReturnType<typeof createApp>;
+  beforeAll(async () => {
+    h = await startHarness('pglite');
+    const metrics = new Metrics();
+    const writer = new DecisionWriter(h.database.db, { now: h.clock.now, onBatch: (n) => metrics.batch(n) });
+    app = createApp({ store: h.store, writer, keys: h.keys, now: h.clock.now, metrics });
+  });
+  afterAll(async () => h.close());
+
+  const post = async (path: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> =>
+    app.request(path, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${h.tenants.a}`, 'content-type': 'application/json', ...headers },
+      body: JSON.stringify(body),
+    });
+
+  test('decisions, latencies and batch sizes are exposed; no token or id leaks into labels', async () => {
+    const cap = (await (await post('/v1/capabilities', mintBody({ trajectory_id: 'm-1' }))).json()) as { token: string; capability_id: string };
+    const target = { kind: 'path', path: '/workspace/t-1/a' };
+    await post('/v1/approve', { token: cap.token, op: 'read', target, cost: 1 });
+    await post('/v1/approve', { token: cap.token, op: 'read', target, cost: 1 });
+    await post('/v1/approve', { token: cap.token, op: 'connect', target, cost: 0 });
+    await app.request(`/v1/capabilities/${cap.capability_id}`, { headers: { authorization: `Bearer ${h.tenants.a}` } });
+    const res = await app.request('/metrics');
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^text\/plain/);
+    const text = await res.text();
+    expect(text).toContain('warrant_decisions_total{event="mint",decision="grant",code=""} 1');
+    expect(text).toContain('warrant_decisions_total{event="approve",decision="grant",code=""} 2');
+    expect(text).toContain('warrant_decisions_total{event="approve",decision="deny",code="right_missing"} 1');
+    expect(text).toMatch(/warrant_http_request_duration_seconds_count\{method="POST",route="\/v1\/approve",status="200"\} 3/);
+    expect(text).toMatch(/warrant_http_request_duration_seconds_count\{method="GET",route="\/v1\/capabilities\/:id",status="200"\} 1/);
+    expect(text).toMatch(/warrant_audit_batch_size_count [1-9]\d*/);
+    expect(text).not.toContain(cap.token.slice(0, 20));
+    expect(text).not.toContain(cap.capability_id);
+  });
+
+  test('X-Request-Id: echoed when well formed, else generated', async () => {
+    expect((await app.request('/healthz', { headers: { 'x-request-id': 'abc-123' } })).headers.get('x-request-id')).toBe('abc-123');
+    const made = (await app.request('/healthz', { headers: { 'x-request-id': 'bad id\u0001' } })).headers.get('x-request-id');
+    expect(made).toMatch(/^req_[A-Za-z0-9_-]+$/);
+  });
+
+  test('without a Metrics there is no /metrics route', async () => {
+    expect((await h.app.request('/metrics')).status).toBe(404);
+  });
+});
