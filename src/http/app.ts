@@ -18,6 +18,7 @@ import { ApiError, invalidRequest, unavailable, type FieldError } from '../servi
 import { newId } from '../crypto/hash.js';
 import { Authenticator } from '../service/tenants.js';
 import type { Metrics } from './metrics.js';
+import { UI_CSP, UI_CSS, UI_HTML, UI_JS } from './ui.js';
 
 export interface AppDeps {
   readonly store: Store;
@@ -280,6 +281,9 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   });
   // An interactive reference over the same document; its assets come from a CDN at a pinned version.
   app.get('/docs', swaggerUI({ url: '/openapi.json', version: SWAGGER_UI_VERSION, persistAuthorization: true, title: 'Warrant API' }));
+  app.get('/ui', (c) => c.html(UI_HTML, 200, { 'Content-Security-Policy': UI_CSP }));
+  app.get('/ui/app.js', (c) => c.body(UI_JS, 200, { 'Content-Type': 'text/javascript; charset=utf-8', 'Content-Security-Policy': UI_CSP }));
+  app.get('/ui/app.css', (c) => c.body(UI_CSS, 200, { 'Content-Type': 'text/css; charset=utf-8' }));
   app.get('/healthz', (c) => c.json({ ok: true }));
   const metrics = deps.metrics;
   if (metrics !== undefined) app.get('/metrics', (c) => c.text(metrics.render(), 200, { 'Content-Type': 'text/plain; version=0.0.4' }));
