@@ -212,7 +212,17 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     c.set('requestId', requestId);
     await next();
     c.header('X-Request-Id', requestId);
-    deps.metrics?.request(c.req.method, c.req.routePath, c.res.status, (performance.now() - started) / 1000);
+    const seconds = (performance.now() - started) / 1000;
+    deps.metrics?.request(c.req.method, c.req.routePath, c.res.status, seconds);
+    // The route pattern, never the raw path or query (they may carry ids); never a header or body.
+    deps.log?.({
+      msg: 'request',
+      request_id: requestId,
+      method: c.req.method,
+      route: c.req.routePath,
+      status: c.res.status,
+      ms: Math.round(seconds * 10_000) / 10,
+    });
   });
 
   app.onError((e, c) => {

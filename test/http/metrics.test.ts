@@ -12,11 +12,12 @@ import { mintBody, startHarness, type Harness } from '../support/app.js';
 describe('metrics and request ids', () => {
   let h: Harness;
   let app: ReturnType<typeof createApp>;
+  const logs: Record<string, unknown>[] = [];
   beforeAll(async () => {
     h = await startHarness('pglite');
     const metrics = new Metrics();
     const writer = new DecisionWriter(h.database.db, { now: h.clock.now, onBatch: (n) => metrics.batch(n) });
-    app = createApp({ store: h.store, writer, keys: h.keys, now: h.clock.now, metrics });
+    app = createApp({ store: h.store, writer, keys: h.keys, now: h.clock.now, metrics, log: (entry) => logs.push(entry) });
   });
   afterAll(async () => h.close());
 
@@ -48,8 +49,14 @@ describe('metrics and request ids', () => {
     expect(text).not.toContain(cap.capability_id);
   });
 
-  test('X-Request-Id: echoed when well formed, else generated', async () => {
+  test('X-Request-Id: echoed when well formed, else generated; one JSON log line per request carries it', async () => {
     expect((await app.request('/healthz', { headers: { 'x-request-id': 'abc-123' } })).headers.get('x-request-id')).toBe('abc-123');
+    expect(logs.at(-1)).toMatchObject({ msg: 'request', request_id: 'abc-123', method: 'GET', route: '/healthz', status: 200 });
+    const key = h.tenants.a;
+    await app.request('/v1/audit?capability_id=cap_secretish', { headers: { authorization: `Bearer ${key}` } });
+    expect(logs.at(-1)).toMatchObject({ route: '/v1/audit', status: 200 });
+    expect(JSON.stringify(logs)).not.toContain(key);
+    expect(JSON.stringify(logs)).not.toContain('cap_secretish');
     const made = (await app.request('/healthz', { headers: { 'x-request-id': 'bad id\u0001' } })).headers.get('x-request-id');
     expect(made).toMatch(/^req_[A-Za-z0-9_-]+$/);
   });
