@@ -296,7 +296,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   app.get('/ui/app.css', (c) => c.body(UI_CSS, 200, { 'Content-Type': 'text/css; charset=utf-8' }));
   app.get('/healthz', (c) => c.json({ ok: true }));
   const metrics = deps.metrics;
-  if (metrics !== undefined) app.get('/metrics', (c) => c.text(metrics.render(), 200, { 'Content-Type': 'text/plain; version=0.0.4' }));
+  if (metrics !== undefined) app.get('/metrics', async (c) => c.text(await metrics.render(), 200, { 'Content-Type': 'text/plain; version=0.0.4' }));
   app.get('/readyz', async (c) => {
     try {
       await deps.store.ping();

@@ -34,7 +34,17 @@ class Histogram {
 
 const label = (v: string): string => v.replace(/[\\"\n]/g, (ch) => (ch === '\n' ? '\\n' : `\\${ch}`));
 
+/** Connections of this process's database pool, by state, as the server itself reports them. */
+export interface PoolUse {
+  readonly max: number;
+  /** Counts by pg_stat_activity state: active, idle, idle in transaction, … */
+  readonly byState: Readonly<Record<string, number>>;
+}
+
 export class Metrics {
+  /** Read at each scrape when set (PostgreSQL only; an embedded PGlite has no pool). */
+  poolUse?: () => Promise<PoolUse>;
+
   private readonly decisions = new Map<string, number>();
   private readonly latency = new Map<string, Histogram>();
   private readonly batches = new Histogram(BATCH_BUCKETS);
@@ -59,7 +69,8 @@ export class Metrics {
   }
 
   /** The exposition text. */
-  render(): string {
+  async render(): Promise<string> {
+    const pool = await this.poolUse?.().catch(() => undefined);
     const out = [
       '# HELP warrant_decisions_total Decisions by event, decision and reason code.',
       '# TYPE warrant_decisions_total counter',
@@ -70,6 +81,16 @@ export class Metrics {
       '# HELP warrant_audit_batch_size Decisions per audit batch (group commit: one transaction, one commit).',
       '# TYPE warrant_audit_batch_size histogram',
       ...this.batches.lines('warrant_audit_batch_size', ''),
+      ...(pool === undefined
+        ? []
+        : [
+            '# HELP warrant_db_pool_connections Connections of this process to PostgreSQL by state (pg_stat_activity; the scrape itself counts as one active).',
+            '# TYPE warrant_db_pool_connections gauge',
+            ...Object.entries(pool.byState).map(([state, n]) => `warrant_db_pool_connections{state="${label(state)}"} ${n}`),
+            '# HELP warrant_db_pool_max Most connections the pool may open.',
+            '# TYPE warrant_db_pool_max gauge',
+            `warrant_db_pool_max ${pool.max}`,
+          ]),
     ];
     return `${out.join('\n')}\n`;
   }

@@ -12,9 +12,11 @@ import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
 import { migrate as migratePostgres } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
+import type { PoolUse } from '../http/metrics.js';
 import type { Db } from '../store/store.js';
 
 export const MIGRATIONS = resolve(dirname(fileURLToPath(import.meta.url)), '../../db/migrations');
+let poolCounter = 0;
 const MIGRATION_LOCK = 0x57_41_52_52; // "WARR"
 
 export interface Database {
@@ -22,6 +24,8 @@ export interface Database {
   readonly db: Db;
   /** The embedded client, when the database is PGlite (tests dump it to start others fast). */
   readonly pglite?: PGlite;
+  /** PostgreSQL only: this process's connections by state, for GET /metrics. */
+  readonly poolUse?: () => Promise<PoolUse>;
   migrate(): Promise<void>;
   close(): Promise<void>;
 }
@@ -40,10 +44,17 @@ export async function openDatabase(o: DatabaseOptions): Promise<Database> {
 }
 
 function openPostgres(url: string, max: number): Database {
-  const client = postgres(url, { max, connect_timeout: 5, idle_timeout: 60, onnotice: () => {} });
+  // A name per process and pool, so pg_stat_activity can tell this pool's connections apart.
+  const applicationName = `warrant-${process.pid}-${(poolCounter += 1)}`;
+  const client = postgres(url, { max, connect_timeout: 5, idle_timeout: 60, onnotice: () => {}, connection: { application_name: applicationName } });
   return {
     kind: 'postgres',
     db: drizzlePostgres(client),
+    async poolUse() {
+      const rows = await client<{ state: string; n: number }[]>`
+        SELECT coalesce(state, 'unknown') AS state, count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${applicationName} GROUP BY 1`;
+      return { max, byState: Object.fromEntries(rows.map((r) => [r.state, r.n])) };
+    },
     async migrate() {
       // One connection, so the session-level advisory lock covers the migrator's statements.
       const one = postgres(url, { max: 1, connect_timeout: 5, onnotice: () => {} });

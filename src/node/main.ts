@@ -32,6 +32,7 @@ async function main(): Promise<void> {
 
   const keys = await loadKeys(config, log);
   const metrics = new Metrics();
+  if (database.poolUse !== undefined) metrics.poolUse = database.poolUse;
   const writer = new DecisionWriter(database.db, { now, onBatch: (size) => metrics.batch(size) });
   const app = createApp({ store, writer, keys, now, log, metrics });
   const server = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, (info) => {
@@ -54,6 +55,20 @@ async function main(): Promise<void> {
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
 }
+
+/**
+ * postgres.js 3.4.9 can throw from a `setImmediate` write after a connection dropped (its socket is
+ * already null; porsager/postgres#1154, #1208): nothing awaits that write and the query it belonged to
+ * is rejected as CONNECTION_CLOSED, so the process must survive a database outage rather than die on it.
+ */
+process.on('uncaughtException', (e) => {
+  if (e instanceof TypeError && /\bnextWrite\b[^\n]*postgres[\\/]src[\\/]connection\.js/.test(e.stack ?? '')) {
+    log({ level: 'warn', msg: 'ignored a write on a closed database connection (postgres.js)' });
+    return;
+  }
+  log({ level: 'fatal', msg: 'uncaught exception', error: e.stack ?? e.message });
+  process.exit(1);
+});
 
 main().catch((e: unknown) => {
   log({ level: 'fatal', msg: 'could not start', error: e instanceof Error ? e.message : String(e) });

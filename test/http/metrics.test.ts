@@ -6,7 +6,9 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createApp } from '../../src/http/app.js';
 import { Metrics } from '../../src/http/metrics.js';
+import { sql } from 'drizzle-orm';
 import { DecisionWriter } from '../../src/store/writer.js';
+import { openTestDatabase } from '../support/db.js';
 import { mintBody, startHarness, type Harness } from '../support/app.js';
 
 describe('metrics and request ids', () => {
@@ -63,5 +65,31 @@ describe('metrics and request ids', () => {
 
   test('without a Metrics there is no /metrics route', async () => {
     expect((await h.app.request('/metrics')).status).toBe(404);
+  });
+
+  test.skipIf(process.env.TEST_DATABASE_URL === undefined)('PostgreSQL: pool connections by state, read from the server', async () => {
+    const db = await openTestDatabase('postgres');
+    try {
+      const metrics = new Metrics();
+      metrics.poolUse = db.poolUse;
+      let release = (): void => {};
+      const held = new Promise<void>((r) => (release = r));
+      let started = (): void => {};
+      const inside = new Promise<void>((r) => (started = r));
+      const tx = db.db.transaction(async (t) => {
+        await t.execute(sql`SELECT 1`);
+        started();
+        await held;
+      });
+      await inside;
+      const text = await metrics.render();
+      release();
+      await tx;
+      expect(text).toContain('warrant_db_pool_connections{state="idle in transaction"} 1');
+      expect(text).toMatch(/warrant_db_pool_connections\{state="active"\} [1-9]/);
+      expect(text).toContain('warrant_db_pool_max 10');
+    } finally {
+      await db.close();
+    }
   });
 });

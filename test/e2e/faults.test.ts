@@ -1,0 +1,280 @@
+/**
+ * Faults on PostgreSQL with real server processes: two instances racing on one database (budgets,
+ * call counts, revocation and idempotency hold across them), a `kill -9` mid-load (every grant a
+ * client saw is in the audit log and charges match audit rows), and a database outage through a TCP
+ * proxy (fail closed with 503, recover without a restart).
+ */
+import { createServer, connect, type Server, type Socket } from 'node:net';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { openTestDatabase, type TestDatabase } from '../support/db.js';
+import { cleanupServers, startServer, tempDir, type RunningServer } from '../support/server.js';
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Body = any;
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Every audit entry of the tenant, following `next` cursors. */
+async function auditLog(server: RunningServer): Promise<Body[]> {
+  const out: Body[] = [];
+  let after: string | null = null;
+  do {
+    const r = await server.call('GET', `/v1/audit?limit=1000${after === null ? '' : `&after=${encodeURIComponent(after)}`}`);
+    expect(r.status).toBe(200);
+    out.push(...r.body.entries);
+    after = r.body.next;
+  } while (after !== null);
+  return out;
+}
+
+async function expectVerified(server: RunningServer): Promise<void> {
+  const v = await server.call('GET', '/v1/audit/verify');
+  expect(v.status).toBe(200);
+  expect(v.body.ok).toBe(true);
+}
+
+interface Cap {
+  readonly id: string;
+  readonly token: string;
+}
+
+/** A root at `/w/<name>` with `predicate`, then a child and a grandchild with the same predicate. */
+async function chain(server: RunningServer, name: string, predicate: Record<string, number>): Promise<Cap[]> {
+  const m = await server.call('POST', '/v1/capabilities', {
+    trajectory_id: name,
+    rights: ['read'],
+    objects: [{ kind: 'path', prefix: `/w/${name}` }],
+    predicate: { ...predicate, max_depth: 2 },
+    ttl_s: 3600,
+  });
+  expect(m.status).toBe(201);
+  const caps: Cap[] = [{ id: m.body.capability_id, token: m.body.token }];
+  for (const depth of [1, 2]) {
+    const a = await server.call('POST', '/v1/attenuate', {
+      parent_token: caps[depth - 1]!.token,
+      rights: ['read'],
+      objects: [{ kind: 'path', prefix: `/w/${name}` }],
+      predicate: { ...predicate, max_depth: 2 - depth },
+    });
+    expect(a.status).toBe(201);
+    caps.push({ id: a.body.capability_id, token: a.body.token });
+  }
+  return caps;
+}
+
+const approveBody = (cap: Cap, name: string, extra: Record<string, unknown> = {}) => ({
+  token: cap.token,
+  op: 'read',
+  target: { kind: 'path', path: `/w/${name}/f` },
+  cost: 1,
+  ...extra,
+});
+
+/** Approve grant audit rows of the given capabilities. */
+const grantsOf = (log: Body[], ids: readonly string[]): Body[] =>
+  log.filter((e) => e.event === 'approve' && e.decision === 'grant' && ids.includes(e.capability_id));
+
+/** A TCP proxy to the PostgreSQL server that can cut every connection and refuse new ones. */
+function startProxy(target: URL): Promise<{ port: number; cut(): void; restore(): void; close(): Promise<void> }> {
+  const sockets = new Set<Socket>();
+  let open = true;
+  const server: Server = createServer((client) => {
+    if (!open) {
+      client.destroy();
+      return;
+    }
+    const upstream = connect(Number(target.port || 5432), target.hostname);
+    for (const [s, other] of [
+      [client, upstream],
+      [upstream, client],
+    ] as const) {
+      sockets.add(s);
+      s.on('error', () => other.destroy());
+      s.on('close', () => {
+        sockets.delete(s);
+        other.destroy();
+      });
+    }
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  return new Promise((done) => {
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      done({
+        port: typeof address === 'object' && address !== null ? address.port : 0,
+        cut() {
+          open = false;
+          for (const s of sockets) s.destroy();
+        },
+        restore() {
+          open = true;
+        },
+        close: () =>
+          new Promise<void>((closed) => {
+            for (const s of sockets) s.destroy();
+            server.close(() => closed());
+          }),
+      });
+    });
+  });
+}
+
+describe.skipIf(!process.env.TEST_DATABASE_URL)('faults on PostgreSQL with real server processes', () => {
+  let database: TestDatabase;
+  let a: RunningServer;
+  let b: RunningServer;
+  const keysDir = tempDir('warrant-faults-keys-');
+
+  beforeAll(async () => {
+    database = await openTestDatabase('postgres');
+    a = await startServer({ env: { DATABASE_URL: database.url! }, keysDir });
+    b = await startServer({ env: { DATABASE_URL: database.url! }, keysDir, apiKey: a.apiKey });
+  }, 90_000);
+
+  afterAll(async () => {
+    await cleanupServers();
+    await database?.close();
+  });
+
+  test.each<{ name: string; predicate: Record<string, number>; limit: number; field: string }>([
+    { name: 'budget', predicate: { budget: 50 }, limit: 50, field: 'spent' },
+    { name: 'calls', predicate: { max_calls: 40 }, limit: 40, field: 'calls' },
+  ])('two instances, 300 concurrent approvals over a three-level chain: exactly $limit grants ($name)', async ({ name, predicate, limit, field }) => {
+    const caps = await chain(a, name, predicate);
+    const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => [a, b][i % 2]!.call('POST', '/v1/approve', approveBody(caps[i % 3]!, name))));
+    expect(answers.every((r) => r.status === 200)).toBe(true);
+    const granted = answers.filter((r) => r.body.decision === 'grant').map((r) => r.body.audit_id as string);
+    expect(granted).toHaveLength(limit);
+    expect(new Set(answers.filter((r) => r.body.decision === 'deny').map((r) => r.body.reason.code))).toEqual(
+      new Set([name === 'budget' ? 'budget_exhausted' : 'calls_exhausted']),
+    );
+    const logged = grantsOf(
+      await auditLog(b),
+      caps.map((c) => c.id),
+    ).map((e) => e.id as string);
+    expect(logged.sort()).toEqual([...granted].sort());
+    expect((await a.call('GET', `/v1/capabilities/${caps[0]!.id}`)).body[field]).toBe(limit);
+  });
+
+  test('a revoke on instance A denies the very next approve on instance B', async () => {
+    const caps = await chain(a, 'revoke', { budget: 100 });
+    // B has verified (and cached) the token before the revoke.
+    expect((await b.call('POST', '/v1/approve', approveBody(caps[2]!, 'revoke'))).body.decision).toBe('grant');
+    const r = await a.call('POST', '/v1/revoke', { capability_id: caps[1]!.id });
+    expect(r.body.revoked.sort()).toEqual([caps[1]!.id, caps[2]!.id].sort());
+    const next = await b.call('POST', '/v1/approve', approveBody(caps[2]!, 'revoke'));
+    expect([next.body.decision, next.body.reason?.code]).toEqual(['deny', 'revoked']);
+  });
+
+  test('one call_id sent 20 times at once across both instances charges once', async () => {
+    const caps = await chain(a, 'idem', { budget: 100 });
+    const body = approveBody(caps[2]!, 'idem', { call_id: 'same-call' });
+    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => [a, b][i % 2]!.call('POST', '/v1/approve', body)));
+    const decided = answers.filter((r) => r.status !== 409);
+    for (const r of answers.filter((x) => x.status === 409)) expect(r.body.error.code).toBe('in_flight');
+    expect(decided.length).toBeGreaterThan(0);
+    expect(decided.every((r) => r.status === 200 && r.body.decision === 'grant')).toBe(true);
+    expect(new Set(decided.map((r) => r.body.audit_id)).size).toBe(1);
+    expect(grantsOf(await auditLog(a), [caps[2]!.id])).toHaveLength(1);
+    for (const cap of caps) expect((await b.call('GET', `/v1/capabilities/${cap.id}`)).body).toMatchObject({ spent: 1, calls: 1 });
+  });
+
+  test('kill -9 under load: every grant a client saw is audited, and charges equal audit rows', async () => {
+    const caps = await chain(a, 'crash', { budget: 1_000_000 });
+    const victim = await startServer({ env: { DATABASE_URL: database.url! }, keysDir, apiKey: a.apiKey });
+    const seen: string[] = [];
+    let failures = 0;
+    let running = true;
+    const worker = async (w: number): Promise<void> => {
+      while (running) {
+        try {
+          const r = await victim.call('POST', '/v1/approve', approveBody(caps[w % 3]!, 'crash'));
+          if (r.status === 200 && r.body.decision === 'grant') seen.push(r.body.audit_id);
+        } catch {
+          failures += 1;
+          return;
+        }
+      }
+    };
+    const workers = Promise.all(Array.from({ length: 40 }, (_, w) => worker(w)));
+    while (seen.length < 200) await sleep(20);
+    await victim.stop('SIGKILL');
+    running = false;
+    await workers;
+    expect(failures).toBeGreaterThan(0); // the kill did land mid-load
+
+    const after = await startServer({ env: { DATABASE_URL: database.url! }, keysDir, apiKey: a.apiKey });
+    const log = await auditLog(after);
+    const ids = new Set(log.map((e) => e.id));
+    expect(seen.filter((id) => !ids.has(id))).toEqual([]);
+    const grants = grantsOf(
+      log,
+      caps.map((c) => c.id),
+    );
+    expect(grants.length).toBeGreaterThanOrEqual(seen.length);
+    const root = (await after.call('GET', `/v1/capabilities/${caps[0]!.id}`)).body;
+    expect([root.spent, root.calls]).toEqual([grants.length, grants.length]);
+    await expectVerified(after);
+    await after.stop();
+  }, 60_000);
+
+  test('a database outage fails closed with 503 and recovers without a restart', async () => {
+    const proxy = await startProxy(new URL(database.url!));
+    try {
+      const url = new URL(database.url!);
+      url.hostname = '127.0.0.1';
+      url.port = String(proxy.port);
+      const server = await startServer({ env: { DATABASE_URL: url.toString() }, keysDir, apiKey: a.apiKey });
+      const caps = await chain(server, 'outage', { budget: 1_000_000 });
+      const answers: { status: number; body: Body }[] = [];
+      let running = true;
+      const worker = async (w: number): Promise<void> => {
+        while (running) {
+          answers.push(await server.call('POST', '/v1/approve', approveBody(caps[w % 3]!, 'outage')));
+          await sleep(5);
+        }
+      };
+      const workers = Promise.all(Array.from({ length: 20 }, (_, w) => worker(w)));
+      await sleep(500);
+      proxy.cut();
+      await sleep(300);
+      const during = answers.length;
+      expect((await server.call('GET', '/readyz', undefined, { key: null })).status).toBe(503);
+      await sleep(1700);
+      expect((await server.call('GET', '/readyz', undefined, { key: null })).status).toBe(503);
+      const outage = answers.slice(during);
+      proxy.restore();
+
+      let ready = 0;
+      // postgres.js waits out its connect timeout (5 s) on connections opened during the outage.
+      for (let i = 0; i < 150 && ready !== 200; i++) {
+        ready = (await server.call('GET', '/readyz', undefined, { key: null })).status;
+        if (ready !== 200) await sleep(100);
+      }
+      expect(ready).toBe(200);
+      const recovered = answers.length;
+      for (let i = 0; i < 100 && !answers.slice(recovered).some((r) => r.body?.decision === 'grant'); i++) await sleep(50);
+      running = false;
+      await workers;
+
+      expect(outage.length).toBeGreaterThan(0);
+      expect(outage.some((r) => r.status === 503)).toBe(true);
+      expect(outage.filter((r) => r.status === 200 && r.body.decision === 'grant')).toEqual([]);
+      expect(answers.slice(recovered).some((r) => r.body?.decision === 'grant')).toBe(true);
+      expect(answers.filter((r) => r.status !== 200 && (r.status !== 503 || r.body.error?.code !== 'unavailable'))).toEqual([]);
+      const log = await auditLog(server);
+      const ids = new Set(log.map((e) => e.id));
+      const granted = answers.filter((r) => r.status === 200 && r.body.decision === 'grant').map((r) => r.body.audit_id);
+      expect(granted.filter((id) => !ids.has(id))).toEqual([]);
+      const grants = grantsOf(
+        log,
+        caps.map((c) => c.id),
+      );
+      expect((await server.call('GET', `/v1/capabilities/${caps[0]!.id}`)).body.spent).toBe(grants.length);
+      await expectVerified(server);
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
+});
