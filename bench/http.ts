@@ -36,11 +36,16 @@ function start(script: string, env: Record<string, string>): Promise<Server> {
   });
   return new Promise((resolve, reject) => {
     let buf = '';
-    child.stdout.on('data', (d: Buffer) => {
+    const onData = (d: Buffer): void => {
       buf += d.toString();
       const m = /listening on (http:\/\/[^"\s]+)/.exec(buf);
-      if (m !== null) resolve({ url: m[1] as string, child });
-    });
+      if (m === null) return;
+      // From here on the server's log (a line per request) is drained unread.
+      child.stdout.off('data', onData);
+      child.stdout.resume();
+      resolve({ url: m[1] as string, child });
+    };
+    child.stdout.on('data', onData);
     child.on('exit', (code) => reject(new Error(`${script} exited with ${code}`)));
   });
 }
