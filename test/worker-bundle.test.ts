@@ -17,7 +17,7 @@ import { Miniflare } from 'miniflare';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createTenant } from '../src/service/tenants.js';
 import { Store } from '../src/store/store.js';
-import { KEYS, mintBody } from './support/app.js';
+import { KEYS, mintBody, startHarness } from './support/app.js';
 import { BACKENDS, openTestDatabase, type TestDatabase } from './support/db.js';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -230,8 +230,66 @@ describe('the Workers bundle', () => {
         },
         30_000,
       );
+
+      test('mint, attenuate (and a refusal), approve, revoke and audit answer as on Node', async () => {
+        const worker = await startWorker({ bindings: { DATABASE_URL: database.url as string, WARRANT_SIGNING_KEYS: RING } });
+        const node = await startHarness('pglite');
+        try {
+          const onWorker = await scenario((method, path, body) => worker.call(method, path, body, apiKey), 't-same');
+          const onNode = await scenario((method, path, body) => node.call(method, path, body), 't-same');
+          expect(onWorker).toEqual(onNode);
+          expect(onNode[2]).toEqual([403, 'attenuation_refused', expect.arrayContaining(['object_widened', 'right_widened'])]);
+        } finally {
+          await worker.close();
+          await node.close();
+        }
+      }, 60_000);
     });
   });
+
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  type Call = (method: string, path: string, body?: unknown) => Promise<{ status: number; body: any }>;
+
+  /** One walk through the API, reduced to what must not differ between runtimes (no ids, no times). */
+  async function scenario(call: Call, trajectory: string): Promise<unknown[]> {
+    const out: unknown[] = [];
+    const root = await call('POST', '/v1/capabilities', mintBody({ trajectory_id: trajectory, objects: [{ kind: 'path', prefix: '/workspace' }] }));
+    out.push([root.status, root.body.depth, root.body.rights]);
+    const child = await call('POST', '/v1/attenuate', {
+      parent_token: root.body.token,
+      rights: ['read'],
+      objects: [{ kind: 'path', prefix: '/workspace/a' }],
+      predicate: { budget: 2, max_calls: 10, max_depth: 1 },
+    });
+    out.push([child.status, child.body.depth, child.body.parent_id === root.body.capability_id]);
+    const refused = await call('POST', '/v1/attenuate', {
+      parent_token: child.body.token,
+      rights: ['write'],
+      objects: [{ kind: 'path', prefix: '/' }],
+      predicate: {},
+    });
+    out.push([refused.status, refused.body.error.code, (refused.body.error.violations as { code: string }[]).map((v) => v.code).sort()]);
+    const calls: [string, string, number][] = [
+      ['read', '/workspace/a/f', 1.5],
+      ['read', '/workspace/a/../b', 0],
+      ['write', '/workspace/a/f', 0],
+      ['read', '/workspace/a/g', 1],
+    ];
+    for (const [op, path, cost] of calls) {
+      const r = await call('POST', '/v1/approve', { token: child.body.token, op, target: { kind: 'path', path }, cost });
+      out.push([r.status, r.body.decision, r.body.reason?.code ?? null, r.body.budget_remaining, r.body.calls_remaining]);
+    }
+    const revoked = await call('POST', '/v1/revoke', { capability_id: root.body.capability_id });
+    out.push([revoked.status, (revoked.body.revoked as string[]).length]);
+    const after = await call('POST', '/v1/approve', { token: child.body.token, op: 'read', target: { kind: 'path', path: '/workspace/a/f' }, cost: 0 });
+    out.push([after.body.decision, after.body.reason?.code]);
+    const audit = await call('GET', `/v1/audit?trajectory_id=${trajectory}`);
+    out.push(
+      (audit.body.entries as { event: string; decision: string; reason_code: string | null }[]).map((e) => `${e.event}:${e.decision}:${e.reason_code ?? ''}`),
+    );
+    out.push((await call('GET', '/v1/audit/verify')).body.ok);
+    return out;
+  }
 
   test('the import scan reads esbuild output', () => {
     const sample =
