@@ -163,14 +163,16 @@ const jsonBody: MiddlewareHandler = async (c, next) => {
  * Iterative: bodies may nest deeply.
  */
 function protoKeyPath(root: unknown): string | undefined {
+  if (typeof root !== 'object' || root === null) return undefined;
   const stack: [unknown, string][] = [[root, '']];
   for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
     const [value, path] = item;
-    if (typeof value !== 'object' || value === null) continue;
-    for (const key of Object.keys(value)) {
-      const at = path === '' ? key : `${path}.${key}`;
-      if (key === '__proto__') return at;
-      stack.push([(value as Record<string, unknown>)[key], at]);
+    for (const key of Object.keys(value as object)) {
+      const at = (): string => (path === '' ? key : `${path}.${key}`);
+      if (key === '__proto__') return at();
+      // Only containers are walked, so scalar leaves (most of a body, on every approve) cost no path string.
+      const child = (value as Record<string, unknown>)[key];
+      if (typeof child === 'object' && child !== null) stack.push([child, at()]);
     }
   }
   return undefined;

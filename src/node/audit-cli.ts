@@ -6,8 +6,8 @@
  */
 import { Reads } from '../service/authority.js';
 import { Store } from '../store/store.js';
-import { readConfig } from './config.js';
-import { openDatabase } from './db.js';
+import { readConfig, runMain } from './config.js';
+import { openConfiguredDatabase } from './db.js';
 
 const USAGE = 'usage: npm run audit -- verify [TENANT_NAME]';
 
@@ -18,7 +18,7 @@ async function main(args: string[]): Promise<number> {
     return 2;
   }
   const config = readConfig(process.env);
-  const database = await openDatabase(config.databaseUrl === undefined ? { dataDir: config.dataDir } : { databaseUrl: config.databaseUrl });
+  const database = await openConfiguredDatabase(config);
   try {
     await database.migrate();
     const store = new Store(database.db);
@@ -44,10 +44,4 @@ async function main(args: string[]): Promise<number> {
   }
 }
 
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (e: unknown) => {
-    console.error(`audit: ${e instanceof Error ? e.message : String(e)}`);
-    process.exit(1);
-  },
-);
+runMain('audit', main);

@@ -29,3 +29,14 @@ export function readConfig(env: NodeJS.ProcessEnv): Config {
 export function log(entry: Record<string, unknown>): void {
   process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), level: 'info', ...entry })}\n`);
 }
+
+/** Runs a command-line tool's `main` and exits with its code; a failure is printed under `name`, exit 1. */
+export function runMain(name: string, main: (args: string[]) => Promise<number>): void {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (e: unknown) => {
+      console.error(`${name}: ${e instanceof Error ? e.message : String(e)}`);
+      process.exit(1);
+    },
+  );
+}

@@ -14,6 +14,7 @@ import { migrate as migratePostgres } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
 import type { PoolUse } from '../http/metrics.js';
 import type { Db } from '../store/store.js';
+import type { Config } from './config.js';
 
 export const MIGRATIONS = resolve(dirname(fileURLToPath(import.meta.url)), '../../db/migrations');
 let poolCounter = 0;
@@ -37,6 +38,11 @@ export interface DatabaseOptions {
   /** PGlite only: start from this dump of a data directory (see PGlite `loadDataDir`). */
   readonly loadDataDir?: Blob;
   readonly poolSize?: number;
+}
+
+/** The database the configuration names: DATABASE_URL's server, else PGlite in WARRANT_DATA_DIR. */
+export function openConfiguredDatabase(config: Config): Promise<Database> {
+  return openDatabase(config.databaseUrl === undefined ? { dataDir: config.dataDir } : { databaseUrl: config.databaseUrl });
 }
 
 export async function openDatabase(o: DatabaseOptions): Promise<Database> {

@@ -3,7 +3,7 @@
  * the old ones for verification; `npm run keys -- list` shows the kids. Restart the server to use
  * the new key. (With `WARRANT_SIGNING_KEYS`, rotate the JWK set you pass instead.)
  */
-import { readConfig } from './config.js';
+import { readConfig, runMain } from './config.js';
 import { listKeyFile, rotateKeyFile } from './keyfile.js';
 
 async function main(args: string[]): Promise<number> {
@@ -21,10 +21,4 @@ async function main(args: string[]): Promise<number> {
   return 2;
 }
 
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (e: unknown) => {
-    console.error(`keys: ${e instanceof Error ? e.message : String(e)}`);
-    process.exit(1);
-  },
-);
+runMain('keys', main);

@@ -12,12 +12,12 @@ import { createTenant } from '../service/tenants.js';
 import { Store } from '../store/store.js';
 import { DecisionWriter } from '../store/writer.js';
 import { log, readConfig } from './config.js';
-import { openDatabase } from './db.js';
+import { openConfiguredDatabase } from './db.js';
 import { loadKeys } from './keyfile.js';
 
 async function main(): Promise<void> {
   const config = readConfig(process.env);
-  const database = await openDatabase(config.databaseUrl === undefined ? { dataDir: config.dataDir } : { databaseUrl: config.databaseUrl });
+  const database = await openConfiguredDatabase(config);
   await database.migrate();
   const store = new Store(database.db);
   const now = (): Date => new Date();

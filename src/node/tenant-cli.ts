@@ -5,8 +5,8 @@
  */
 import { createTenant } from '../service/tenants.js';
 import { Store } from '../store/store.js';
-import { readConfig } from './config.js';
-import { openDatabase } from './db.js';
+import { readConfig, runMain } from './config.js';
+import { openConfiguredDatabase } from './db.js';
 
 const USAGE = 'usage: npm run tenant -- create NAME | list';
 
@@ -21,7 +21,7 @@ async function main(args: string[]): Promise<number> {
     return 2;
   }
   const config = readConfig(process.env);
-  const database = await openDatabase(config.databaseUrl === undefined ? { dataDir: config.dataDir } : { databaseUrl: config.databaseUrl });
+  const database = await openConfiguredDatabase(config);
   try {
     await database.migrate();
     const store = new Store(database.db);
@@ -38,10 +38,4 @@ async function main(args: string[]): Promise<number> {
   }
 }
 
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (e: unknown) => {
-    console.error(`tenant: ${e instanceof Error ? e.message : String(e)}`);
-    process.exit(1);
-  },
-);
+runMain('tenant', main);
