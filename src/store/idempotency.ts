@@ -8,8 +8,9 @@
  * commit while it still owns the key, a later repeat that takes the key over is never a second
  * charge (README "Idempotency").
  */
-import { and, eq, lt, or, sql } from 'drizzle-orm';
-import type { Db, Tx } from './store.js';
+import { and, eq, lt, or } from 'drizzle-orm';
+import type { BatchConn } from './batch.js';
+import type { Db } from './store.js';
 import { idempotency } from './schema.js';
 
 /** How long a claim is left to its owner before a repeat may take it over. */
@@ -70,18 +71,49 @@ export async function claim(db: Db, k: IdemKey, requestHash: string, owner: stri
   return { kind: 'in_flight' };
 }
 
-/** Inside the batch: lock the record and confirm this request still owns it. */
-export async function holdFence(tx: Tx, f: Fence): Promise<boolean> {
-  const [row] = await tx.select({ state: idempotency.state, owner: idempotency.owner }).from(idempotency).where(where(f)).for('update');
-  return row !== undefined && row.state === 'in_flight' && row.owner === f.owner;
+const LOCK_FENCES = `SELECT i.tenant_id, i.scope, i.key, i.state, i.owner
+FROM idempotency AS i JOIN jsonb_to_recordset($1::jsonb) AS x(tenant_id text, scope text, key text)
+  ON i.tenant_id = x.tenant_id AND i.scope = x.scope AND i.key = x.key
+ORDER BY i.tenant_id, i.scope, i.key FOR UPDATE OF i`;
+
+const COMPLETE_FENCES = `UPDATE idempotency AS i SET state = 'completed', status = x.status, response = x.response
+FROM jsonb_to_recordset($1::jsonb) AS x(tenant_id text, scope text, key text, owner text, status int, response jsonb)
+WHERE i.tenant_id = x.tenant_id AND i.scope = x.scope AND i.key = x.key AND i.owner = x.owner`;
+
+const fenceKey = (f: IdemKey): string => JSON.stringify([f.tenantId, f.scope, f.key]);
+
+/**
+ * Inside the batch, in one statement: lock these records and return the fences this batch still
+ * owns (the record is in flight under the same owner). Locks are taken in key order.
+ */
+export async function lockFences(c: BatchConn, fences: readonly Fence[]): Promise<(f: Fence) => boolean> {
+  if (fences.length === 0) return () => false;
+  const rows = (await c.query(LOCK_FENCES, [JSON.stringify(fences.map((f) => ({ tenant_id: f.tenantId, scope: f.scope, key: f.key })))])) as {
+    tenant_id: string;
+    scope: string;
+    key: string;
+    state: string;
+    owner: string;
+  }[];
+  const owners = new Map(rows.filter((r) => r.state === 'in_flight').map((r) => [JSON.stringify([r.tenant_id, r.scope, r.key]), r.owner]));
+  return (f) => owners.get(fenceKey(f)) === f.owner;
 }
 
-/** Inside the batch, after the decision: completed, in the same commit as the audit row. */
-export async function complete(tx: Tx, f: Fence, response: StoredResponse): Promise<void> {
-  await tx
-    .update(idempotency)
-    .set({ state: 'completed', status: response.status, response: sql`${JSON.stringify(response.body)}::jsonb` })
-    .where(and(where(f), eq(idempotency.owner, f.owner)));
+/**
+ * Inside the batch, after the decisions: these records completed, in the same commit as the audit
+ * rows (sent, not awaited: COMMIT follows it). Only a record still held by the same owner changes.
+ */
+export function completeFences(c: BatchConn, done: readonly { fence: Fence; response: StoredResponse }[]): Promise<unknown> {
+  if (done.length === 0) return Promise.resolve();
+  const rows = done.map(({ fence: f, response: r }) => ({
+    tenant_id: f.tenantId,
+    scope: f.scope,
+    key: f.key,
+    owner: f.owner,
+    status: r.status,
+    response: r.body,
+  }));
+  return c.query(COMPLETE_FENCES, [JSON.stringify(rows)]);
 }
 
 /** Nothing was committed: the key goes back to unseen. */

@@ -6,6 +6,7 @@
 import { and, asc, eq, gt, inArray, isNotNull, isNull, or, sql, type SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg-core';
 import type { ChainLink } from '../core/approve.js';
+import type { BatchConn } from './batch.js';
 import { audit, auditHeads, capabilities, idempotency, tenants } from './schema.js';
 
 // Both drivers' databases and transactions share these shapes; their result kinds differ only for
@@ -97,30 +98,6 @@ interface HeldLink {
   calls: number;
 }
 
-const linkColumns = {
-  id: capabilities.id,
-  tenantId: capabilities.tenantId,
-  ancestors: capabilities.ancestors,
-  depth: capabilities.depth,
-  revokedAt: capabilities.revokedAt,
-  budget: capabilities.budget,
-  spent: capabilities.spent,
-  maxCalls: capabilities.maxCalls,
-  calls: capabilities.calls,
-};
-
-type LinkRow = {
-  id: string;
-  tenantId: string;
-  ancestors: string[];
-  depth: number;
-  revokedAt: Date | null;
-  budget: string | null;
-  spent: string;
-  maxCalls: number | null;
-  calls: number;
-};
-
 /** jsonb through an explicit cast, so both drivers store the value itself, never a JSON string of it. */
 export function jsonb(v: unknown): SQL | null {
   return v === null || v === undefined ? null : sql`${JSON.stringify(v)}::jsonb`;
@@ -130,8 +107,32 @@ export function jsonb(v: unknown): SQL | null {
 export interface BatchTx extends DecisionTx {
   /** Reads and locks, in one statement, the chains of these capabilities (their ancestors included). */
   prefetch(capabilityIds: readonly string[]): Promise<void>;
-  /** Writes back every charge of the batch in one statement. */
-  flush(): Promise<void>;
+  /** Sends, in one statement, every charge of the batch; the promise settles when it has run. */
+  flush(): Promise<unknown>;
+}
+
+// The hot path's statements are plain SQL with the same text every batch (prepared once per
+// connection on postgres.js) and JSON parameters, which both drivers pass the same way.
+const LOCK_CHAINS = `SELECT id, tenant_id, to_json(ancestors) AS ancestors, depth, revoked_at IS NOT NULL AS revoked,
+  budget::text AS budget, spent::text AS spent, max_calls::text AS max_calls, calls::text AS calls
+FROM capabilities
+WHERE id IN (SELECT unnest(c.ancestors || c.id) FROM capabilities c WHERE c.id IN (SELECT jsonb_array_elements_text($1::jsonb)))
+ORDER BY id FOR UPDATE`;
+
+// The CHECK constraints (spent <= budget, calls <= max_calls) still guard this write.
+const WRITE_CHARGES = `UPDATE capabilities AS c SET spent = d.spent, calls = d.calls
+FROM jsonb_to_recordset($1::jsonb) AS d(id text, spent numeric, calls bigint) WHERE c.id = d.id`;
+
+interface LinkRow {
+  readonly id: string;
+  readonly tenant_id: string;
+  readonly ancestors: string[];
+  readonly depth: number;
+  readonly revoked: boolean;
+  readonly budget: string | null;
+  readonly spent: string;
+  readonly max_calls: string | null;
+  readonly calls: string;
 }
 
 /**
@@ -140,21 +141,21 @@ export interface BatchTx extends DecisionTx {
  * else can change those rows until commit, so charges accumulate here and are written back
  * together, and a later unit of the same batch sees the charges of the earlier ones.
  */
-export function decisionTx(tx: Tx): BatchTx {
+export function decisionTx(c: BatchConn): BatchTx {
   const held = new Map<string, HeldLink>();
   const dirty = new Set<string>();
 
-  const hold = (rows: LinkRow[]): void => {
+  const hold = (rows: readonly LinkRow[]): void => {
     for (const r of rows) {
       if (held.has(r.id)) continue; // the held copy may carry this batch's charges
       held.set(r.id, {
-        tenantId: r.tenantId,
+        tenantId: r.tenant_id,
         ancestors: r.ancestors,
         depth: r.depth,
-        revoked: r.revokedAt !== null,
+        revoked: r.revoked,
         budget: r.budget === null ? null : BigInt(r.budget),
         spent: BigInt(r.spent),
-        maxCalls: r.maxCalls === null ? null : Number(r.maxCalls),
+        maxCalls: r.max_calls === null ? null : Number(r.max_calls),
         calls: Number(r.calls),
       });
     }
@@ -162,17 +163,7 @@ export function decisionTx(tx: Tx): BatchTx {
 
   const lockRows = async (capabilityIds: readonly string[]): Promise<void> => {
     if (capabilityIds.length === 0) return;
-    const ids = sql`ARRAY[${sql.join(
-      capabilityIds.map((id) => sql`${id}`),
-      sql`, `,
-    )}]::text[]`;
-    const rows = await tx
-      .select(linkColumns)
-      .from(capabilities)
-      .where(sql`${capabilities.id} IN (SELECT unnest(c.ancestors || c.id) FROM ${capabilities} c WHERE c.id = ANY(${ids}))`)
-      .orderBy(asc(capabilities.id))
-      .for('update');
-    hold(rows);
+    hold((await c.query(LOCK_CHAINS, [JSON.stringify(capabilityIds)])) as unknown as LinkRow[]);
   };
 
   /** The held chain of a capability, root first, or null when some link is not held. */
@@ -206,31 +197,27 @@ export function decisionTx(tx: Tx): BatchTx {
         dirty.add(id);
       }
     },
-    async flush() {
-      if (dirty.size === 0) return;
-      const ids = [...dirty];
-      const rows = ids.map((id) => {
+    flush() {
+      if (dirty.size === 0) return Promise.resolve();
+      const rows = [...dirty].map((id) => {
         const l = held.get(id) as HeldLink;
-        return sql`(${id}::text, ${l.spent.toString()}::numeric, ${l.calls}::bigint)`;
+        return { id, spent: l.spent.toString(), calls: l.calls };
       });
-      // The CHECK constraints (spent <= budget, calls <= max_calls) still guard this write.
-      await tx.execute(
-        sql`UPDATE ${capabilities} AS c SET spent = d.spent, calls = d.calls FROM (VALUES ${sql.join(rows, sql`, `)}) AS d(id, spent, calls) WHERE c.id = d.id`,
-      );
       dirty.clear();
+      return c.query(WRITE_CHARGES, [JSON.stringify(rows)]);
     },
-    async insertCapability(c) {
-      await tx.insert(capabilities).values({
-        ...c,
-        ancestors: [...c.ancestors],
-        rights: [...c.rights],
-        objects: jsonb(c.objects),
-        predicate: jsonb(c.predicate),
-        budget: c.budget === null ? null : c.budget.toString(),
+    async insertCapability(n) {
+      await c.db.insert(capabilities).values({
+        ...n,
+        ancestors: [...n.ancestors],
+        rights: [...n.rights],
+        objects: jsonb(n.objects),
+        predicate: jsonb(n.predicate),
+        budget: n.budget === null ? null : n.budget.toString(),
       });
     },
     async revokeSubtree(tenantId, capabilityId, at, reason) {
-      const rows = await tx
+      const rows = await c.db
         .update(capabilities)
         .set({ revokedAt: at, revokeReason: reason })
         .where(

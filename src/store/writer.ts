@@ -5,11 +5,10 @@
  * the store under that lock, its audit row is chained, and one commit makes a whole batch durable.
  * No unit's promise resolves before its batch has committed: fail closed.
  */
-import { inArray, sql } from 'drizzle-orm';
 import { hashedFields, rowHash } from './audit.js';
-import { complete, holdFence, type Fence, type StoredResponse } from './idempotency.js';
-import { audit, auditHeads } from './schema.js';
-import { decisionTx, StoreUnavailable, type AuditRecord, type Db, type DecisionTx, type Tx } from './store.js';
+import { BatchFailed, batchRunner, type BatchConn, type BatchOutcome, type BatchRunner } from './batch.js';
+import { completeFences, lockFences, type Fence, type StoredResponse } from './idempotency.js';
+import { decisionTx, StoreUnavailable, type AuditRecord, type Db, type DecisionTx } from './store.js';
 
 /** The audit row of a decision, without its chain fields. */
 export interface AuditDraft {
@@ -72,12 +71,14 @@ export class DecisionWriter {
   private queue: Pending[] = [];
   private running: Promise<void> | null = null;
   private readonly maxBatch: number;
+  private readonly run: BatchRunner;
 
   constructor(
-    private readonly db: Db,
+    db: Db,
     private readonly options: WriterOptions,
   ) {
     this.maxBatch = options.maxBatch ?? 256;
+    this.run = batchRunner(db);
   }
 
   /** Queues a decision; resolves after the batch holding its audit row has committed. */
@@ -113,15 +114,12 @@ export class DecisionWriter {
 
   private async runBatch(batch: Pending[]): Promise<void> {
     const settled: Settle[] = [];
-    let bodyDone = false;
     try {
-      await this.db.transaction(async (tx) => {
-        await this.decideAll(tx, batch, settled);
-        bodyDone = true;
-      });
+      await this.run((c) => this.decideAll(c, batch, settled));
     } catch (e) {
       // Before COMMIT was sent nothing can have committed; a failure after it leaves the outcome unknown.
-      const failure = new StoreUnavailable('the database did not commit the decision', bodyDone ? 'unknown' : 'rolled_back', { cause: e });
+      const committing = e instanceof BatchFailed && e.committing;
+      const failure = new StoreUnavailable('the database did not commit the decision', committing ? 'unknown' : 'rolled_back', { cause: e });
       for (const p of batch) p.reject(failure);
       return;
     }
@@ -132,21 +130,32 @@ export class DecisionWriter {
     });
   }
 
-  private async decideAll(tx: Tx, batch: Pending[], settled: Settle[]): Promise<void> {
+  /**
+   * One batch: the locking reads go out together (heads, chains, idempotency fences), the units
+   * decide in memory, and the writes (charges, completed fences, audit rows and heads) go out
+   * together, followed by COMMIT.
+   */
+  private async decideAll(c: BatchConn, batch: Pending[], settled: Settle[]): Promise<BatchOutcome<void>> {
     const now = this.options.now();
     const tenantIds = [...new Set(batch.map((p) => p.unit.tenantId))].sort();
-    const heads = await tx.select().from(auditHeads).where(inArray(auditHeads.tenantId, tenantIds)).orderBy(auditHeads.tenantId).for('update');
-    const chain = new Map(heads.map((h) => [h.tenantId, { seq: Number(h.seq), hash: h.hash, lastId: h.lastId }]));
+    const dtx = decisionTx(c);
+    const chains = [...new Set(batch.flatMap((p) => (p.unit.chainOf === undefined ? [] : [p.unit.chainOf])))];
+    const fences = batch.flatMap((p) => (p.unit.fence === null ? [] : [p.unit.fence]));
+    const [heads, , owns] = await Promise.all([
+      c.query(LOCK_HEADS, [JSON.stringify(tenantIds)]) as Promise<unknown> as Promise<HeadRow[]>,
+      dtx.prefetch(chains),
+      lockFences(c, fences),
+    ]);
+    const chain = new Map(heads.map((h) => [h.tenant_id, { seq: Number(h.seq), hash: h.hash, lastId: h.last_id }]));
     const rows: AuditRecord[] = [];
-    const dtx = decisionTx(tx);
-    await dtx.prefetch([...new Set(batch.flatMap((p) => (p.unit.chainOf === undefined ? [] : [p.unit.chainOf])))]);
+    const completed: { fence: Fence; response: StoredResponse }[] = [];
     for (const { unit } of batch) {
       const head = chain.get(unit.tenantId);
       if (head === undefined) {
         settled.push({ ok: false, error: new Error('unknown tenant') });
         continue;
       }
-      if (unit.fence !== null && !(await holdFence(tx, unit.fence))) {
+      if (unit.fence !== null && !owns(unit.fence)) {
         settled.push({ ok: false, error: new FenceLost('the idempotency key was taken over') });
         continue;
       }
@@ -158,27 +167,43 @@ export class DecisionWriter {
         rows.push(full);
         chain.set(unit.tenantId, { seq: full.seq, hash: full.hash, lastId: full.id });
       }
-      if (unit.fence !== null && out.response !== undefined) await complete(tx, unit.fence, out.response);
+      if (unit.fence !== null && out.response !== undefined) completed.push({ fence: unit.fence, response: out.response });
       settled.push({ ok: true, value: out.result });
     }
-    await dtx.flush();
-    if (rows.length === 0) return;
-    // One statement, one parameter per table: building a multi-row insert through the query builder
-    // cost more CPU than the database spent on it.
-    const newHeads = [...new Set(rows.map((r) => r.tenantId))].map((tenantId) => ({ tenant_id: tenantId, ...(chain.get(tenantId) as object) }));
-    await tx.execute(sql`
-      -- A data-modifying CTE always runs to completion, referenced or not (PostgreSQL docs, 7.8.4).
-      WITH appended AS (
-        INSERT INTO ${audit} (tenant_id, seq, id, at, event, decision, reason_code, capability_id, parent_id, trajectory_id, op, target, cost, call_id, detail, prev_hash, hash)
-        SELECT tenant_id, seq, id, at, event, decision, reason_code, capability_id, parent_id, trajectory_id, op, target, cost, call_id, detail, prev_hash, hash
-        FROM jsonb_to_recordset(${JSON.stringify(rows.map(auditJson))}::jsonb) AS x(tenant_id text, seq bigint, id text, at timestamptz, event text, decision text,
-          reason_code text, capability_id text, parent_id text, trajectory_id text, op text, target jsonb, cost numeric, call_id text, detail jsonb, prev_hash text, hash text)
-      )
-      UPDATE ${auditHeads} AS h SET seq = x.seq, hash = x.hash, last_id = x."lastId"
-      FROM jsonb_to_recordset(${JSON.stringify(newHeads)}::jsonb) AS x(tenant_id text, seq bigint, hash text, "lastId" text)
-      WHERE h.tenant_id = x.tenant_id`);
+    const writes = [dtx.flush(), completeFences(c, completed)];
+    if (rows.length > 0) {
+      const newHeads = [...new Set(rows.map((r) => r.tenantId))].map((tenantId) => ({ tenant_id: tenantId, ...(chain.get(tenantId) as object) }));
+      writes.push(c.query(APPEND_AUDIT, [JSON.stringify(rows.map(auditJson)), JSON.stringify(newHeads)]));
+    }
+    return { value: undefined, writes };
   }
 }
+
+interface HeadRow {
+  readonly tenant_id: string;
+  readonly seq: string;
+  readonly hash: string;
+  readonly last_id: string | null;
+}
+
+/** The heads of the batch's tenants, locked in tenant order: this orders every decision of a tenant. */
+const LOCK_HEADS = `SELECT tenant_id, seq::text AS seq, hash, last_id FROM audit_heads
+WHERE tenant_id IN (SELECT jsonb_array_elements_text($1::jsonb)) ORDER BY tenant_id FOR UPDATE`;
+
+/**
+ * All audit rows of the batch and the moved heads, in one statement from two JSON recordsets:
+ * building a multi-row insert through the query builder cost more CPU than the database spent on it.
+ * A data-modifying CTE always runs to completion, referenced or not (PostgreSQL docs, 7.8.4).
+ */
+const APPEND_AUDIT = `WITH appended AS (
+  INSERT INTO audit (tenant_id, seq, id, at, event, decision, reason_code, capability_id, parent_id, trajectory_id, op, target, cost, call_id, detail, prev_hash, hash)
+  SELECT tenant_id, seq, id, at, event, decision, reason_code, capability_id, parent_id, trajectory_id, op, target, cost, call_id, detail, prev_hash, hash
+  FROM jsonb_to_recordset($1::jsonb) AS x(tenant_id text, seq bigint, id text, at timestamptz, event text, decision text,
+    reason_code text, capability_id text, parent_id text, trajectory_id text, op text, target jsonb, cost numeric, call_id text, detail jsonb, prev_hash text, hash text)
+)
+UPDATE audit_heads AS h SET seq = x.seq, hash = x.hash, last_id = x."lastId"
+FROM jsonb_to_recordset($2::jsonb) AS x(tenant_id text, seq bigint, hash text, "lastId" text)
+WHERE h.tenant_id = x.tenant_id`;
 
 /** An audit row as the JSON record the batch insert reads: the hashed fields (column names) and the hash. */
 function auditJson(r: AuditRecord): Record<string, unknown> {

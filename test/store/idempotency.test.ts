@@ -10,8 +10,8 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import {
   CLAIM_LEASE_MS,
   claim,
-  complete,
-  holdFence,
+  completeFences,
+  lockFences,
   markInDoubt,
   release,
   type Claim,
@@ -19,6 +19,7 @@ import {
   type IdemKey,
   type StoredResponse,
 } from '../../src/store/idempotency.js';
+import { batchRunner } from '../../src/store/batch.js';
 import { idempotency } from '../../src/store/schema.js';
 import { FenceLost, type DecisionUnit } from '../../src/store/writer.js';
 import { BACKENDS } from '../support/db.js';
@@ -205,7 +206,7 @@ describe.each(BACKENDS)('idempotency records on %s', (backend) => {
 
   // Two sessions: the original's batch holds the fence while the caller marks it in doubt and a
   // repeat (past the lease) tries to take it over. Both must wait for the batch and then follow its
-  // outcome. On PostgreSQL they block on the lock holdFence takes (the decision is written only after
+  // outcome. On PostgreSQL they block on the lock lockFences takes (the decision is written only after
   // the gate, so no other statement of the batch holds the row yet); PGlite has one session, so they queue.
   test.each([
     ['commits', 'completed', 'completed'],
@@ -218,15 +219,14 @@ describe.each(BACKENDS)('idempotency records on %s', (backend) => {
     let fenced!: () => void;
     const holding = new Promise<void>((resolve) => (fenced = resolve));
     let held = false;
-    const batch = h.store.db
-      .transaction(async (tx) => {
-        held = await holdFence(tx, original);
-        fenced();
-        await gate;
-        await complete(tx, original, { status: 200, body: { n: 1 } });
-        if (outcome === 'rolls back') throw new Error('rollback');
-      })
-      .catch(() => undefined);
+    const batch = batchRunner(h.store.db)(async (c) => {
+      held = (await lockFences(c, [original]))(original);
+      fenced();
+      await gate;
+      await completeFences(c, [{ fence: original, response: { status: 200, body: { n: 1 } } }]);
+      if (outcome === 'rolls back') throw new Error('rollback');
+      return { value: undefined, writes: [] };
+    }).catch(() => undefined);
     await holding;
     expect(held).toBe(true);
     const doubt = markInDoubt(h.store.db, original);
@@ -270,9 +270,9 @@ describe.each(BACKENDS)('idempotency records on %s', (backend) => {
     await markInDoubt(h.store.db, stale);
     await release(h.store.db, stale);
     expect(await record(k)).toEqual({ state: 'in_flight', owner: 'own-2' });
-    await h.store.db.transaction(async (tx) => {
-      expect(await holdFence(tx, stale)).toBe(false);
-      await complete(tx, stale, { status: 500, body: { forged: true } });
+    await batchRunner(h.store.db)(async (c) => {
+      expect((await lockFences(c, [stale]))(stale)).toBe(false);
+      return { value: undefined, writes: [completeFences(c, [{ fence: stale, response: { status: 500, body: { forged: true } } }])] };
     });
     expect(await record(k)).toEqual({ state: 'in_flight', owner: 'own-2' });
 

@@ -1,0 +1,117 @@
+/**
+ * The group-commit writer's batch transaction (src/store/writer.ts, src/store/batch.ts) on a real
+ * database: its writes are sent behind the decisions and followed by COMMIT without being awaited
+ * first, so these tests make a write fail and check that nothing of the batch is answered as done
+ * and nothing of it is left in the database. They also check that one batch carries many units.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { StoreUnavailable } from '../../src/store/store.js';
+import { DecisionWriter, type AuditDraft, type DecisionUnit } from '../../src/store/writer.js';
+import { startHarness, type Harness } from '../support/app.js';
+import { BACKENDS } from '../support/db.js';
+
+let n = 0;
+
+describe.each(BACKENDS)('the decision writer on %s', (backend) => {
+  let h: Harness;
+  let capabilityId: string;
+  beforeAll(async () => {
+    h = await startHarness(backend);
+    const r = await h.call('POST', '/v1/capabilities', {
+      trajectory_id: 'writer',
+      rights: ['read'],
+      objects: [{ kind: 'path', prefix: '/w' }],
+      predicate: { budget: 10 }, // 10_000_000 micro-units
+      ttl_s: 3600,
+    });
+    expect(r.status).toBe(201);
+    capabilityId = r.body.capability_id as string;
+  });
+  afterAll(async () => h.close());
+
+  const draft = (): AuditDraft => ({
+    id: `aud_writer_${backend}_${++n}`,
+    event: 'approve',
+    decision: 'grant',
+    reasonCode: null,
+    capabilityId,
+    parentId: null,
+    trajectoryId: 'writer',
+    op: 'read',
+    target: { kind: 'path', path: '/w/x' },
+    cost: 1n,
+    callId: null,
+    detail: null,
+  });
+
+  /** A unit that charges `cost` micro-units without checking the budget (the CHECK constraint must stop it). */
+  const charge = (cost: bigint, audit = draft()): DecisionUnit<string> => ({
+    tenantId: h.tenantIds.a,
+    fence: null,
+    chainOf: capabilityId,
+    run: async (tx) => {
+      const chain = await tx.lockChain(h.tenantIds.a, capabilityId);
+      await tx.charge(
+        chain.map((l) => l.id),
+        cost,
+      );
+      return { result: audit.id, audit };
+    },
+  });
+
+  const state = async (): Promise<{ spent: bigint; calls: number; auditIds: string[] }> => {
+    const view = await h.store.getCapability(h.tenantIds.a, capabilityId);
+    const { entries } = await h.store.listAudit(h.tenantIds.a, { capabilityId, limit: 1000 });
+    return { spent: BigInt(view!.record.spent), calls: Number(view!.record.calls), auditIds: entries.map((e) => e.id) };
+  };
+
+  test('many units share one batch: all are answered, each charge and audit row is committed', async () => {
+    const sizes: number[] = [];
+    const writer = new DecisionWriter(h.database.db, { now: h.clock.now, onBatch: (s) => sizes.push(s) });
+    const before = await state();
+    const ids = await Promise.all(Array.from({ length: 20 }, () => writer.submit(charge(1n))));
+    const after = await state();
+    expect(sizes).toEqual([1, 19]); // the first runs at once, the rest queue behind it
+    expect(after.spent - before.spent).toBe(20n);
+    expect(after.calls - before.calls).toBe(20);
+    expect(after.auditIds.slice(before.auditIds.length)).toEqual(ids);
+    expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+  });
+
+  test('a write refused by the database fails the whole batch: no unit is answered, nothing is committed', async () => {
+    const sizes: number[] = [];
+    const writer = new DecisionWriter(h.database.db, { now: h.clock.now, onBatch: (s) => sizes.push(s) });
+    const before = await state();
+    // An idle writer runs the first unit at once; the next three queue behind it and share a batch,
+    // where the third charge takes spent past the budget: the batch's one UPDATE of its charges
+    // violates capabilities_spent_ck.
+    const first = writer.submit(charge(1n));
+    const outcomes = await Promise.allSettled([writer.submit(charge(1n)), writer.submit(charge(1n)), writer.submit(charge(100_000_000n))]);
+    const firstId = await first;
+    expect(sizes).toEqual([1, 3]);
+    for (const o of outcomes) {
+      expect(o.status).toBe('rejected');
+      expect((o as PromiseRejectedResult).reason).toBeInstanceOf(StoreUnavailable);
+    }
+    expect(await state()).toEqual({ spent: before.spent + 1n, calls: before.calls + 1, auditIds: [...before.auditIds, firstId] });
+    expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+    // The writer and its connections are usable afterwards.
+    const id = await writer.submit(charge(1n));
+    expect((await state()).auditIds.at(-1)).toBe(id);
+  });
+
+  test('an audit row the database refuses (a duplicate id) fails its batch the same way', async () => {
+    const sizes: number[] = [];
+    const writer = new DecisionWriter(h.database.db, { now: h.clock.now, onBatch: (s) => sizes.push(s) });
+    const used = draft();
+    await writer.submit(charge(1n, used));
+    const before = await state();
+    const blocker = writer.submit(charge(1n)); // runs alone; the next two share the batch behind it
+    const outcomes = await Promise.allSettled([writer.submit(charge(1n)), writer.submit(charge(1n, { ...used }))]);
+    const blockerId = await blocker;
+    expect(sizes).toEqual([1, 1, 2]);
+    expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
+    expect(await state()).toEqual({ spent: before.spent + 1n, calls: before.calls + 1, auditIds: [...before.auditIds, blockerId] });
+    expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+  });
+});
