@@ -135,6 +135,14 @@ async function load(url: string, key: string, bodies: readonly string[], seconds
 const fmt = (name: string, f: Figures): string =>
   `${name.padEnd(8)} ${f.rps.toFixed(0).padStart(7)} req/s   p50 ${String(f.p50).padStart(4)} ms   p99 ${String(f.p99).padStart(4)} ms${f.non2xx + f.errors > 0 ? `   non-2xx ${f.non2xx} errors ${f.errors}` : ''}`;
 
+/** The server's audit batches so far (GET /metrics): how many, and decisions per batch. */
+async function batchFigures(url: string): Promise<string> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const value = (name: string): number => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+  const count = value('warrant_audit_batch_size_count');
+  return `audit batches (whole run, one process): ${count}, mean ${(value('warrant_audit_batch_size_sum') / count).toFixed(1)} decisions each`;
+}
+
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'warrant-bench-'));
   const env: Record<string, string> = { WARRANT_DATA_DIR: join(dir, 'data'), WARRANT_KEYS_DIR: join(dir, 'keys') };
@@ -177,6 +185,7 @@ async function main(): Promise<void> {
     const b = sum((x) => x.bare);
     const w = sum((x) => x.warrant);
     console.log(`mean of ${ROUNDS} rounds (p99: worst round)\n  ${fmt('bare', b)}\n  ${fmt('approve', w)}`);
+    if (PROCESSES === 1) console.log(await batchFigures(warrant.url));
     console.log(`approve/bare ratio: ${(w.rps / b.rps).toFixed(2)}`);
   } finally {
     await stop(bare);

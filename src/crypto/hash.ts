@@ -32,9 +32,26 @@ export function constantTimeEqual(a: string, b: string): boolean {
   return diff === 0;
 }
 
+// Random bytes are drawn from Web Crypto 4 KiB at a time and each byte is handed out once: one
+// getRandomValues call per id cost more than the rest of an approval's id work (bench/RESULTS.md).
+const POOL_SIZE = 4096;
+let pool = new Uint8Array(0);
+let used = 0;
+
+function randomBytes(n: number): Uint8Array {
+  if (n > POOL_SIZE) return crypto.getRandomValues(new Uint8Array(n));
+  if (used + n > pool.length) {
+    pool = crypto.getRandomValues(new Uint8Array(POOL_SIZE));
+    used = 0;
+  }
+  const out = pool.slice(used, used + n);
+  used += n;
+  return out;
+}
+
 /** `n` random bytes as base64url without padding. */
 export function randomToken(n: number): string {
-  return base64url.encode(crypto.getRandomValues(new Uint8Array(n)));
+  return base64url.encode(randomBytes(n));
 }
 
 /** A fresh opaque id with a type prefix, e.g. `cap_…` (128 random bits). */

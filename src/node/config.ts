@@ -25,9 +25,28 @@ export function readConfig(env: NodeJS.ProcessEnv): Config {
   };
 }
 
+// Lines are gathered and written once per turn of the event loop: stdout to a pipe or file is a
+// synchronous write(2) per call in Node, one per request under load (bench/RESULTS.md). What is
+// still gathered when the process exits is written on the way out.
+let pending: string[] = [];
+let scheduled = false;
+
+function flushLog(): void {
+  scheduled = false;
+  if (pending.length === 0) return;
+  const out = pending.join('');
+  pending = [];
+  process.stdout.write(out);
+}
+process.on('exit', flushLog);
+
 /** One JSON object per line on stdout. Callers never pass tokens or keys. */
 export function log(entry: Record<string, unknown>): void {
-  process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), level: 'info', ...entry })}\n`);
+  pending.push(`${JSON.stringify({ time: new Date().toISOString(), level: 'info', ...entry })}\n`);
+  if (!scheduled) {
+    scheduled = true;
+    setImmediate(flushLog);
+  }
 }
 
 /** Runs a command-line tool's `main` and exits with its code; a failure is printed under `name`, exit 1. */

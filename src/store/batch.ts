@@ -55,22 +55,32 @@ function postgresRunner(client: Sql): BatchRunner {
   return async <T>(body: (c: BatchConn) => Promise<BatchOutcome<T>>): Promise<T> => {
     let committing = false;
     let writes: readonly Promise<unknown>[] = [];
+    // postgres.js rejects `begin` as soon as the connection closes, while the body may still be
+    // deciding; the pool can by then have reconnected that connection for other work, where a
+    // statement sent now would run outside this transaction. So nothing is sent after that.
+    let gone = false;
+    const closed = (): Promise<never> => Promise.reject(new Error('the batch connection closed'));
+    const open = client.begin(async (tx: TransactionSql) => {
+      let db: Db | undefined;
+      const conn: BatchConn = {
+        // `execute()` sends now: postgres.js queries are otherwise lazy until awaited.
+        query: (text, params) => (gone ? closed() : tx.unsafe(text, params as string[], { prepare: true }).execute()),
+        get db() {
+          // drizzle reads the client's options (its type parsers, the same object for a transaction).
+          return (db ??= drizzlePostgres(Object.assign(tx, { options: client.options }) as unknown as Sql) as unknown as Db);
+        },
+      };
+      const out = await body(conn);
+      if (gone) throw new Error('the batch connection closed');
+      writes = out.writes;
+      // Returning without awaiting the writes lets postgres.js send COMMIT right behind them.
+      committing = true;
+      return out.value;
+    });
     try {
-      const value = (await client.begin(async (tx: TransactionSql) => {
-        let db: Db | undefined;
-        const conn: BatchConn = {
-          // `execute()` sends now: postgres.js queries are otherwise lazy until awaited.
-          query: (text, params) => tx.unsafe(text, params as string[], { prepare: true }).execute(),
-          get db() {
-            // drizzle reads the client's options (its type parsers, the same object for a transaction).
-            return (db ??= drizzlePostgres(Object.assign(tx, { options: client.options }) as unknown as Sql) as unknown as Db);
-          },
-        };
-        const out = await body(conn);
-        writes = out.writes;
-        // Returning without awaiting the writes lets postgres.js send COMMIT right behind them.
-        committing = true;
-        return out.value;
+      const value = (await open.catch((e: unknown) => {
+        gone = true;
+        throw e;
       })) as T;
       await Promise.all(writes);
       return value;

@@ -63,15 +63,24 @@ export interface WriterOptions {
   readonly onBatch?: (size: number) => void;
 }
 
-/** Batches at least this big count as load (see `drain`). */
-const COALESCE_AFTER = 8;
-const COALESCE_MS = 1;
+/**
+ * Transactions a writer keeps open at once. Two: while one batch's writes and COMMIT are on their
+ * way, the next batch's BEGIN is already done and its locking reads wait in the database for that
+ * COMMIT, so no batch pays for its BEGIN round trip under load. More would only queue on the
+ * tenant's audit-head lock.
+ */
+const LANES = 2;
 
 export class DecisionWriter {
   private queue: Pending[] = [];
-  private running: Promise<void> | null = null;
   private readonly maxBatch: number;
   private readonly run: BatchRunner;
+  /** Open (or opening) batch transactions. */
+  private readonly lanes = new Set<Promise<void>>();
+  /** Lanes that have not yet taken their units: a unit queued now will be in one of their batches. */
+  private idleLanes = 0;
+  /** Held by the lane taking, reading and deciding its batch: one at a time, in order. */
+  private turn: Promise<void> = Promise.resolve();
 
   constructor(
     db: Db,
@@ -85,38 +94,64 @@ export class DecisionWriter {
   submit<R>(unit: DecisionUnit<R>): Promise<R> {
     return new Promise<R>((resolve, reject) => {
       this.queue.push({ unit, resolve: resolve as (v: unknown) => void, reject });
-      this.running ??= this.drain();
+      this.startLane();
     });
   }
 
   /** Resolves when every queued decision has been written (for clean shutdown). */
   async flush(): Promise<void> {
-    while (this.running !== null) await this.running;
+    while (this.lanes.size > 0) await Promise.all(this.lanes);
   }
 
-  private async drain(): Promise<void> {
-    try {
-      let last = 0;
-      while (this.queue.length > 0) {
-        // Under load, the answers of a big batch bring the next wave of requests a moment later:
-        // a batch of the few stragglers queued meanwhile would cost a whole round of the database
-        // for almost nothing. Wait briefly for the wave; at low load (small batches) never wait.
-        if (last >= COALESCE_AFTER && this.queue.length < last / 4) await new Promise((r) => setTimeout(r, COALESCE_MS));
-        const batch = this.queue.splice(0, this.maxBatch);
-        last = batch.length;
-        this.options.onBatch?.(batch.length);
-        await this.runBatch(batch);
-      }
-    } finally {
-      this.running = null;
-    }
+  private startLane(): void {
+    if (this.queue.length === 0 || this.idleLanes > 0 || this.lanes.size >= LANES) return;
+    this.idleLanes++;
+    const lane = this.lane().finally(() => {
+      this.lanes.delete(lane);
+      this.startLane();
+    });
+    this.lanes.add(lane);
   }
 
-  private async runBatch(batch: Pending[]): Promise<void> {
+  /**
+   * One batch transaction: BEGIN, then wait for the turn, take every queued unit (up to maxBatch),
+   * decide them and send the writes and COMMIT; the turn passes on as soon as COMMIT is sent.
+   */
+  private async lane(): Promise<void> {
+    let batch: Pending[] = [];
     const settled: Settle[] = [];
+    let passTurn!: () => void;
+    const myTurn = this.turn;
+    this.turn = new Promise((r) => (passTurn = r));
+    const take = (): void => {
+      this.idleLanes--;
+      batch = this.queue.splice(0, this.maxBatch);
+    };
+    let entered = null as Promise<unknown> | null;
     try {
-      await this.run((c) => this.decideAll(c, batch, settled));
+      await this.run((c) => {
+        const body = (async (): Promise<BatchOutcome<void>> => {
+          await myTurn;
+          try {
+            take();
+            if (batch.length === 0) return { value: undefined, writes: [] };
+            this.options.onBatch?.(batch.length);
+            return await this.decideAll(c, batch, settled);
+          } finally {
+            passTurn();
+          }
+        })();
+        entered = body.catch(() => undefined);
+        return body;
+      });
     } catch (e) {
+      if (entered === null) {
+        // BEGIN failed, so the body never ran: take what waits now and fail it, rather than start
+        // lane after lane against a database that refuses (a unit queued later starts its own).
+        await myTurn;
+        take();
+        passTurn();
+      } else await entered; // the connection may have closed while the body still ran
       // Before COMMIT was sent nothing can have committed; a failure after it leaves the outcome unknown.
       const committing = e instanceof BatchFailed && e.committing;
       const failure = new StoreUnavailable('the database did not commit the decision', committing ? 'unknown' : 'rolled_back', { cause: e });
