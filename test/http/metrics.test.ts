@@ -61,6 +61,23 @@ describe('metrics and request ids', () => {
     expect(JSON.stringify(logs)).not.toContain('cap_secretish');
     const made = (await app.request('/healthz', { headers: { 'x-request-id': 'bad id\u0001' } })).headers.get('x-request-id');
     expect(made).toMatch(/^req_[A-Za-z0-9_-]+$/);
+    // Every answer carries it: errors from auth, routing, validation and the handlers included.
+    const answers = [
+      await app.request('/v1/approve', { method: 'POST', headers: { 'x-request-id': 'r-401' } }),
+      await app.request('/nowhere', { headers: { 'x-request-id': 'r-404' } }),
+      await app.request('/v1/approve', {
+        method: 'POST',
+        headers: { 'x-request-id': 'r-400', authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: '{',
+      }),
+      await app.request('/v1/capabilities/cap_none', { headers: { 'x-request-id': 'r-404b', authorization: `Bearer ${key}` } }),
+    ];
+    expect(answers.map((r) => [r.status, r.headers.get('x-request-id')])).toEqual([
+      [401, 'r-401'],
+      [404, 'r-404'],
+      [400, 'r-400'],
+      [404, 'r-404b'],
+    ]);
   });
 
   test('without a Metrics there is no /metrics route', async () => {
