@@ -61,15 +61,18 @@ export interface WriterOptions {
   /** Most units in one transaction. */
   readonly maxBatch?: number;
   readonly onBatch?: (size: number) => void;
+  /** Batch transactions open at once (see LANES). */
+  readonly lanes?: number;
 }
 
 /**
- * Transactions a writer keeps open at once. Two: while one batch's writes and COMMIT are on their
- * way, the next batch's BEGIN is already done and its locking reads wait in the database for that
- * COMMIT, so no batch pays for its BEGIN round trip under load. More would only queue on the
- * tenant's audit-head lock.
+ * Batch transactions a writer keeps open at once, by default. A lane begins its transaction and only
+ * then takes what is queued, so the BEGIN round trip doubles as the wait that lets a batch fill.
+ * Measured with `npm run bench:http` (bench/RESULTS.md): two lanes (the next BEGIN overlapping the
+ * last COMMIT) halved the batches and did not raise one tenant's throughput, as every batch of a
+ * tenant queues on its audit-head lock anyway; three did no better.
  */
-const LANES = 2;
+const LANES = 1;
 
 export class DecisionWriter {
   private queue: Pending[] = [];
@@ -104,7 +107,7 @@ export class DecisionWriter {
   }
 
   private startLane(): void {
-    if (this.queue.length === 0 || this.idleLanes > 0 || this.lanes.size >= LANES) return;
+    if (this.queue.length === 0 || this.idleLanes > 0 || this.lanes.size >= (this.options.lanes ?? LANES)) return;
     this.idleLanes++;
     const lane = this.lane().finally(() => {
       this.lanes.delete(lane);

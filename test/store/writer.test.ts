@@ -79,6 +79,26 @@ describe.each(BACKENDS)('the decision writer on %s', (backend) => {
     expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
   });
 
+  test('two lanes: the next batch begins while one commits; every unit is answered once, in one intact chain', async () => {
+    const sizes: number[] = [];
+    const writer = new DecisionWriter(h.database.db, { now: h.clock.now, lanes: 2, onBatch: (s) => sizes.push(s) });
+    const before = await state();
+    const ids: Promise<string>[] = [];
+    for (let wave = 0; wave < 5; wave++) {
+      for (let i = 0; i < 8; i++) ids.push(writer.submit(charge(1n)));
+      await new Promise((r) => setTimeout(r, 1)); // waves arrive while earlier batches are in flight
+    }
+    const answered = await Promise.all(ids);
+    await writer.flush();
+    const after = await state();
+    expect(sizes.reduce((a, b) => a + b, 0)).toBe(40);
+    expect(sizes.length).toBeGreaterThan(1);
+    expect(after.spent - before.spent).toBe(40n);
+    expect(after.calls - before.calls).toBe(40);
+    expect(new Set(after.auditIds.slice(before.auditIds.length))).toEqual(new Set(answered));
+    expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+  });
+
   test('a write refused by the database fails the whole batch: no unit is answered, nothing is committed', async () => {
     const sizes: number[] = [];
     const writer = new DecisionWriter(h.database.db, { now: h.clock.now, onBatch: (s) => sizes.push(s) });
