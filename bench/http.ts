@@ -135,12 +135,11 @@ async function load(url: string, key: string, bodies: readonly string[], seconds
 const fmt = (name: string, f: Figures): string =>
   `${name.padEnd(8)} ${f.rps.toFixed(0).padStart(7)} req/s   p50 ${String(f.p50).padStart(4)} ms   p99 ${String(f.p99).padStart(4)} ms${f.non2xx + f.errors > 0 ? `   non-2xx ${f.non2xx} errors ${f.errors}` : ''}`;
 
-/** The server's audit batches so far (GET /metrics): how many, and decisions per batch. */
-async function batchFigures(url: string): Promise<string> {
+/** Figures from the server's GET /metrics: its CPU seconds, its audit batches and their decisions. */
+async function serverFigures(url: string): Promise<{ cpu: number; batches: number; decisions: number }> {
   const text = await (await fetch(`${url}/metrics`)).text();
   const value = (name: string): number => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
-  const count = value('warrant_audit_batch_size_count');
-  return `audit batches (whole run, one process): ${count}, mean ${(value('warrant_audit_batch_size_sum') / count).toFixed(1)} decisions each`;
+  return { cpu: value('process_cpu_seconds_total'), batches: value('warrant_audit_batch_size_count'), decisions: value('warrant_audit_batch_size_sum') };
 }
 
 async function main(): Promise<void> {
@@ -168,11 +167,23 @@ async function main(): Promise<void> {
     await load(bare.url, key, bodies, 2); // warm-up
     await load(warrant.url, key, bodies, 2);
     const rounds: { bare: Figures; warrant: Figures }[] = [];
+    const served = { cpu: 0, batches: 0, decisions: 0 };
     for (let r = 0; r < ROUNDS; r += 1) {
       const b = await load(bare.url, key, bodies, SECONDS);
+      const before = PROCESSES === 1 ? await serverFigures(warrant.url) : null;
       const w = await load(warrant.url, key, bodies, SECONDS);
+      let extra = '';
+      if (before !== null) {
+        // With one process, every decision of the round is an approval of this load.
+        const after = await serverFigures(warrant.url);
+        const d = { cpu: after.cpu - before.cpu, batches: after.batches - before.batches, decisions: after.decisions - before.decisions };
+        served.cpu += d.cpu;
+        served.batches += d.batches;
+        served.decisions += d.decisions;
+        extra = `   server CPU ${((d.cpu / d.decisions) * 1e6).toFixed(0)} µs/approval, ${(d.decisions / d.batches).toFixed(1)} per batch`;
+      }
       rounds.push({ bare: b, warrant: w });
-      console.log(`round ${r + 1}\n  ${fmt('bare', b)}\n  ${fmt('approve', w)}`);
+      console.log(`round ${r + 1}\n  ${fmt('bare', b)}\n  ${fmt('approve', w)}${extra}`);
     }
     const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
     const sum = (pick: (x: { bare: Figures; warrant: Figures }) => Figures): Figures => ({
@@ -185,7 +196,10 @@ async function main(): Promise<void> {
     const b = sum((x) => x.bare);
     const w = sum((x) => x.warrant);
     console.log(`mean of ${ROUNDS} rounds (p99: worst round)\n  ${fmt('bare', b)}\n  ${fmt('approve', w)}`);
-    if (PROCESSES === 1) console.log(await batchFigures(warrant.url));
+    if (served.decisions > 0)
+      console.log(
+        `  server CPU ${((served.cpu / served.decisions) * 1e6).toFixed(0)} µs per approval, ${(served.decisions / served.batches).toFixed(1)} approvals per audit batch`,
+      );
     console.log(`approve/bare ratio: ${(w.rps / b.rps).toFixed(2)}`);
   } finally {
     await stop(bare);

@@ -44,6 +44,8 @@ export interface PoolUse {
 export class Metrics {
   /** Read at each scrape when set (PostgreSQL only; an embedded PGlite has no pool). */
   poolUse?: () => Promise<PoolUse>;
+  /** CPU seconds this process has used (user + system), read at each scrape when set (Node only). */
+  cpuSeconds?: () => number;
 
   private readonly decisions = new Map<string, number>();
   private readonly latency = new Map<string, Histogram>();
@@ -71,6 +73,7 @@ export class Metrics {
   /** The exposition text. */
   async render(): Promise<string> {
     const pool = await this.poolUse?.().catch(() => undefined);
+    const cpu = this.cpuSeconds?.();
     const out = [
       '# HELP warrant_decisions_total Decisions by event, decision and reason code.',
       '# TYPE warrant_decisions_total counter',
@@ -91,6 +94,9 @@ export class Metrics {
             '# TYPE warrant_db_pool_max gauge',
             `warrant_db_pool_max ${pool.max}`,
           ]),
+      ...(cpu === undefined
+        ? []
+        : ['# HELP process_cpu_seconds_total User and system CPU time of this process.', '# TYPE process_cpu_seconds_total counter', `process_cpu_seconds_total ${cpu}`]),
     ];
     return `${out.join('\n')}\n`;
   }

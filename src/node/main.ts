@@ -33,6 +33,10 @@ async function main(): Promise<void> {
   const keys = await loadKeys(config, log);
   const metrics = new Metrics();
   if (database.poolUse !== undefined) metrics.poolUse = database.poolUse;
+  metrics.cpuSeconds = () => {
+    const { user, system } = process.cpuUsage();
+    return (user + system) / 1e6;
+  };
   const writer = new DecisionWriter(database.db, { now, onBatch: (size) => metrics.batch(size) });
   const app = createApp({ store, writer, keys, now, log, metrics });
   const server = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, (info) => {

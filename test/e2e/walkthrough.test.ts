@@ -203,6 +203,14 @@ describe.each(BACKENDS)('README walk-through on a listening server (%s)', (backe
     expect(verify.body).toEqual({ ok: true, entries: decisions, head: entries.at(-1)?.hash });
   });
 
+  test('GET /metrics counts the decisions made so far, their batches and the process CPU', async () => {
+    const text = await (await fetch(`${server.url}/metrics`)).text();
+    const value = (name: string): number => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
+    expect(value('warrant_audit_batch_size_sum')).toBe(decisions);
+    expect(value('warrant_audit_batch_size_count')).toBeGreaterThan(0);
+    expect(value('process_cpu_seconds_total')).toBeGreaterThan(0);
+  });
+
   test('SIGTERM stops the server promptly and cleanly', async () => {
     const t0 = Date.now();
     expect(await server.stop('SIGTERM')).toBe(0);
