@@ -2,7 +2,7 @@
  * The audit hash chain. API/DESIGN: each row's hash = SHA-256(prev_hash ‖ canonical row), chained
  * per tenant, so any edit, deletion or reordering is detected by recomputing it.
  */
-import { hashJson } from '../crypto/hash.js';
+import { canonicalJson, sha256Hex } from '../crypto/hash.js';
 import type { AuditRecord } from './store.js';
 
 /** The fields a row's hash covers: all of them but the hash itself. */
@@ -27,8 +27,19 @@ export function hashedFields(r: Omit<AuditRecord, 'hash'>): Record<string, unkno
   };
 }
 
+/**
+ * A row's canonical text (RFC 8785, of its hashed fields) and its hash, SHA-256 of the canonical
+ * JSON of `[prev_hash, fields]`. That array's canonical form is `[` + the JSON string of prev_hash +
+ * `,` + the fields' canonical text + `]`, so the fields are serialized once; the writer reuses the
+ * text as the row it inserts.
+ */
+export function sealRow(r: Omit<AuditRecord, 'hash'>): { readonly canonical: string; readonly hash: string } {
+  const canonical = canonicalJson(hashedFields(r));
+  return { canonical, hash: sha256Hex(`[${JSON.stringify(r.prevHash)},${canonical}]`) };
+}
+
 export function rowHash(r: Omit<AuditRecord, 'hash'>): string {
-  return hashJson([r.prevHash, hashedFields(r)]);
+  return sealRow(r).hash;
 }
 
 export type ChainReport = { ok: true; entries: number; head: string } | { ok: false; firstBadId: string; entries: number };

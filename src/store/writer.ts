@@ -5,10 +5,10 @@
  * the store under that lock, its audit row is chained, and one commit makes a whole batch durable.
  * No unit's promise resolves before its batch has committed: fail closed.
  */
-import { hashedFields, rowHash } from './audit.js';
+import { sealRow } from './audit.js';
 import { BatchFailed, batchRunner, type BatchConn, type BatchOutcome, type BatchRunner } from './batch.js';
 import { completeFences, lockFences, type Fence, type StoredResponse } from './idempotency.js';
-import { decisionTx, StoreUnavailable, type AuditRecord, type Db, type DecisionTx } from './store.js';
+import { decisionTx, StoreUnavailable, type Db, type DecisionTx } from './store.js';
 
 /** The audit row of a decision, without its chain fields. */
 export interface AuditDraft {
@@ -185,7 +185,9 @@ export class DecisionWriter {
       lockFences(c, fences),
     ]);
     const chain = new Map(heads.map((h) => [h.tenant_id, { seq: Number(h.seq), hash: h.hash, lastId: h.last_id }]));
-    const rows: AuditRecord[] = [];
+    /** Each appended row as the JSON record the insert reads; `moved`: the tenants whose heads move. */
+    const rows: string[] = [];
+    const moved = new Set<string>();
     const completed: { fence: Fence; response: StoredResponse }[] = [];
     for (const { unit } of batch) {
       const head = chain.get(unit.tenantId);
@@ -201,17 +203,19 @@ export class DecisionWriter {
       if (out.audit !== null) {
         const { cost, ...draft } = out.audit;
         const row = { ...draft, tenantId: unit.tenantId, seq: head.seq + 1, at: now, cost: cost === null ? null : cost.toString(), prevHash: head.hash };
-        const full = { ...row, hash: rowHash(row) };
-        rows.push(full);
-        chain.set(unit.tenantId, { seq: full.seq, hash: full.hash, lastId: full.id });
+        const { canonical, hash } = sealRow(row);
+        // The inserted record is the hashed text itself plus its hash (column names are the keys).
+        rows.push(`${canonical.slice(0, -1)},"hash":"${hash}"}`);
+        chain.set(unit.tenantId, { seq: row.seq, hash, lastId: row.id });
+        moved.add(unit.tenantId);
       }
       if (unit.fence !== null && out.response !== undefined) completed.push({ fence: unit.fence, response: out.response });
       settled.push({ ok: true, value: out.result });
     }
     const writes = [dtx.flush(), completeFences(c, completed)];
     if (rows.length > 0) {
-      const newHeads = [...new Set(rows.map((r) => r.tenantId))].map((tenantId) => ({ tenant_id: tenantId, ...(chain.get(tenantId) as object) }));
-      writes.push(c.query(APPEND_AUDIT, [JSON.stringify(rows.map(auditJson)), JSON.stringify(newHeads)]));
+      const newHeads = [...moved].map((tenantId) => ({ tenant_id: tenantId, ...(chain.get(tenantId) as object) }));
+      writes.push(c.query(APPEND_AUDIT, [`[${rows.join(',')}]`, JSON.stringify(newHeads)]));
     }
     return { value: undefined, writes };
   }
@@ -242,8 +246,3 @@ const APPEND_AUDIT = `WITH appended AS (
 UPDATE audit_heads AS h SET seq = x.seq, hash = x.hash, last_id = x."lastId"
 FROM jsonb_to_recordset($2::jsonb) AS x(tenant_id text, seq bigint, hash text, "lastId" text)
 WHERE h.tenant_id = x.tenant_id`;
-
-/** An audit row as the JSON record the batch insert reads: the hashed fields (column names) and the hash. */
-function auditJson(r: AuditRecord): Record<string, unknown> {
-  return { ...hashedFields(r), hash: r.hash };
-}

@@ -6,6 +6,8 @@
  */
 import { getTableColumns, sql, type SQL } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { createHash } from 'node:crypto';
+import canonicalize from 'canonicalize';
 import { hashedFields, rowHash, verifyChain, type ChainReport } from '../../src/store/audit.js';
 import { audit } from '../../src/store/schema.js';
 import { GENESIS_HASH, type AuditRecord } from '../../src/store/store.js';
@@ -91,6 +93,22 @@ describe('rowHash and verifyChain', () => {
     expect(rowHash(edited)).not.toBe(victim.hash);
     rows[1] = edited;
     expect(await verifyChain(pagesOf(rows), headOf(chainOf(4)), GENESIS_HASH)).toEqual({ ok: false, firstBadId: edited.id, entries: 2 });
+  });
+
+  test('rowHash is SHA-256 of the RFC 8785 form of [prev_hash, fields], as computed independently here', () => {
+    const odd = {
+      ...(chainOf(1)[0] as Row),
+      target: { kind: 'url', url: 'https://exämple.test/a?b=c', nested: { z: [1, 2.5, 'ß\u2028"'], a: null } },
+      detail: { violations: [{ component: 'objects', code: 'object_widened' }], emoji: '\u{1F600}', control: '\u0007' },
+      cost: '12345678901234567890',
+      reasonCode: 'budget_exhausted',
+    };
+    for (const r of [...chainOf(3), odd] as Row[]) {
+      const independent = createHash('sha256')
+        .update(canonicalize([r.prevHash, hashedFields(r)]) as string, 'utf8')
+        .digest('hex');
+      expect(rowHash(r)).toBe(independent);
+    }
   });
 
   test('the hash does not cover itself, so a stored hash can be checked against it', () => {
