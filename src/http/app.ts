@@ -4,7 +4,7 @@
  * from injected store, writer, keys and clock: no globals, so it runs on Node and Workers alike.
  */
 import { OpenAPIHono, createRoute, z } from '@hono/zod-openapi';
-import type { Context, MiddlewareHandler } from 'hono';
+import type { Context, MiddlewareHandler, Next } from 'hono';
 import { swaggerUI } from '@hono/swagger-ui';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
@@ -124,37 +124,39 @@ const routes = {
   }),
 };
 
+/** Parses the body (hono caches it for the validators) and refuses malformed JSON and `__proto__` keys. */
+async function parseBody(c: Context, next: Next): Promise<void> {
+  let body: unknown;
+  try {
+    body = await c.req.json();
+  } catch (e) {
+    if (e instanceof ApiError) throw e;
+    throw invalidRequest([{ path: 'body', message: 'malformed JSON' }]);
+  }
+  const proto = protoKeyPath(body);
+  if (proto !== undefined) throw invalidRequest([{ path: proto, message: 'unknown field' }]);
+  await next();
+}
+
 /** Content type, size and JSON syntax of a POST body, each with its own error code. */
 const jsonBody: MiddlewareHandler = async (c, next) => {
   if (c.req.method !== 'POST') return next();
   const type = c.req.header('content-type') ?? '';
   if (!/^application\/json\s*(;|$)/i.test(type)) throw new ApiError(415, 'unsupported_media_type', 'the body must be application/json');
-  const parse = async (): Promise<void> => {
-    let body: unknown;
-    try {
-      body = await c.req.json();
-    } catch (e) {
-      if (e instanceof ApiError) throw e;
-      throw invalidRequest([{ path: 'body', message: 'malformed JSON' }]);
-    }
-    const proto = protoKeyPath(body);
-    if (proto !== undefined) throw invalidRequest([{ path: proto, message: 'unknown field' }]);
-    await next();
-  };
   // With a Content-Length (and no chunked encoding) the size is known up front: deciding on it here
   // spares the Node adapter from building a streaming Request for every call (bodyLimit touches the
   // stream). Bodies without one are counted as they stream.
   const length = c.req.header('content-length');
   if (length !== undefined && c.req.header('transfer-encoding') === undefined) {
     if (!/^\d{1,10}$/.test(length) || Number(length) > MAX_BODY_BYTES) throw tooLarge();
-    return parse();
+    return parseBody(c, next);
   }
   return bodyLimit({
     maxSize: MAX_BODY_BYTES,
     onError: () => {
       throw tooLarge();
     },
-  })(c, parse);
+  })(c, () => parseBody(c, next));
 };
 
 /**
@@ -168,11 +170,10 @@ function protoKeyPath(root: unknown): string | undefined {
   for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
     const [value, path] = item;
     for (const key of Object.keys(value as object)) {
-      const at = (): string => (path === '' ? key : `${path}.${key}`);
-      if (key === '__proto__') return at();
+      if (key === '__proto__') return path === '' ? key : `${path}.${key}`;
       // Only containers are walked, so scalar leaves (most of a body, on every approve) cost no path string.
       const child = (value as Record<string, unknown>)[key];
-      if (typeof child === 'object' && child !== null) stack.push([child, at()]);
+      if (typeof child === 'object' && child !== null) stack.push([child, path === '' ? key : `${path}.${key}`]);
     }
   }
   return undefined;

@@ -96,7 +96,11 @@ export class Metrics {
           ]),
       ...(cpu === undefined
         ? []
-        : ['# HELP process_cpu_seconds_total User and system CPU time of this process.', '# TYPE process_cpu_seconds_total counter', `process_cpu_seconds_total ${cpu}`]),
+        : [
+            '# HELP process_cpu_seconds_total User and system CPU time of this process.',
+            '# TYPE process_cpu_seconds_total counter',
+            `process_cpu_seconds_total ${cpu}`,
+          ]),
     ];
     return `${out.join('\n')}\n`;
   }

@@ -353,7 +353,8 @@ export class Authority {
         const result: ApproveResult = { decision, remaining, auditId, capabilityId: cap?.id ?? null };
         return {
           result,
-          response: { status: 200, body: approveBody(result) },
+          // Stored on the idempotency record only; without a call_id nothing would read it.
+          ...(fence === null ? {} : { response: { status: 200, body: approveBody(result) } }),
           audit: {
             id: auditId,
             event: 'approve',
