@@ -133,7 +133,7 @@ async function load(url: string, key: string, bodies: readonly string[], seconds
 }
 
 const fmt = (name: string, f: Figures): string =>
-  `${name.padEnd(8)} ${f.rps.toFixed(0).padStart(7)} req/s   p50 ${String(f.p50).padStart(4)} ms   p99 ${String(f.p99).padStart(4)} ms${f.non2xx + f.errors > 0 ? `   non-2xx ${f.non2xx} errors ${f.errors}` : ''}`;
+  `${name.padEnd(8)} ${f.rps.toFixed(0).padStart(7)} req/s   p50 ${String(Math.round(f.p50 * 10) / 10).padStart(4)} ms   p99 ${String(f.p99).padStart(4)} ms${f.non2xx + f.errors > 0 ? `   non-2xx ${f.non2xx} errors ${f.errors}` : ''}`;
 
 /** Figures from the server's GET /metrics: its CPU seconds, its audit batches and their decisions. */
 async function serverFigures(url: string): Promise<{ cpu: number; batches: number; decisions: number }> {

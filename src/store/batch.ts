@@ -99,6 +99,10 @@ function postgresRunner(client: Sql): BatchRunner {
 function drizzleRunner(db: Db): BatchRunner {
   return async <T>(body: (c: BatchConn) => Promise<BatchOutcome<T>>): Promise<T> => {
     let committing = false;
+    // PGlite answers without I/O, so a batch would otherwise run start to end in microtasks, before
+    // the requests already waiting on sockets are even read: each batch would hold one decision.
+    // Postgres.js gets this wait from its BEGIN round trip.
+    await new Promise((resolve) => setTimeout(resolve, 0));
     try {
       return await db.transaction(async (tx) => {
         const conn: BatchConn = {

@@ -79,6 +79,19 @@ describe.each(BACKENDS)('the decision writer on %s', (backend) => {
     expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
   });
 
+  test('units that arrive in separate turns of the event loop, as requests do, still share a batch', async () => {
+    const sizes: number[] = [];
+    const writer = new DecisionWriter(h.database.db, { now: h.clock.now, onBatch: (s) => sizes.push(s) });
+    // Each submit runs in its own setImmediate callback (microtasks drain between them), so a batch
+    // that began and ran to its end without waiting for I/O would hold one unit each.
+    const ids = await Promise.all(
+      Array.from({ length: 10 }, () => new Promise<string>((resolve, reject) => setImmediate(() => void writer.submit(charge(1n)).then(resolve, reject)))),
+    );
+    expect(new Set(ids).size).toBe(10);
+    expect(sizes.reduce((a, b) => a + b, 0)).toBe(10);
+    expect(sizes.length).toBeLessThanOrEqual(2);
+  });
+
   test('two lanes: the next batch begins while one commits; every unit is answered once, in one intact chain', async () => {
     const sizes: number[] = [];
     const writer = new DecisionWriter(h.database.db, { now: h.clock.now, lanes: 2, onBatch: (s) => sizes.push(s) });
