@@ -7,12 +7,13 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
 import { openDatabase } from '../src/node/db.js';
 import { createTenant } from '../src/service/tenants.js';
 import { Store } from '../src/store/store.js';
+import { fmtSplit, sample, split, type CpuSplit } from './cpu.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
@@ -109,10 +110,14 @@ interface Figures {
   readonly p99: number;
   readonly non2xx: number;
   readonly errors: number;
+  /** Where the round's CPU went (Linux only). */
+  readonly cpu: CpuSplit | null;
 }
 
-async function load(url: string, key: string, bodies: readonly string[], seconds: number): Promise<Figures> {
+async function load(server: Server, key: string, bodies: readonly string[], seconds: number): Promise<Figures> {
   let next = 0;
+  const url = server.url;
+  const before = sample(server.child.pid as number);
   const result = await autocannon({
     url,
     connections: CONNECTIONS,
@@ -129,7 +134,15 @@ async function load(url: string, key: string, bodies: readonly string[], seconds
       },
     ],
   });
-  return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99, non2xx: result.non2xx, errors: result.errors };
+  const after = sample(server.child.pid as number);
+  const cpu = before !== null && after !== null ? split(before, after, result.requests.total) : null;
+  return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99, non2xx: result.non2xx, errors: result.errors, cpu };
+}
+
+function meanSplit(xs: readonly (CpuSplit | null)[]): CpuSplit | null {
+  if (xs.some((x) => x === null) || xs.length === 0) return null;
+  const m = (k: keyof CpuSplit): number => xs.reduce((a, x) => a + (x as CpuSplit)[k], 0) / xs.length;
+  return { server: m('server'), database: m('database'), load: m('load'), machine: m('machine'), busy: m('busy') };
 }
 
 const fmt = (name: string, f: Figures): string =>
@@ -164,14 +177,14 @@ async function main(): Promise<void> {
     );
     const bodies = await population(warrant.url, key);
     console.log(`${bodies.length} approve bodies over ${ROOTS} roots (half of them approved through a child)`);
-    await load(bare.url, key, bodies, 2); // warm-up
-    await load(warrant.url, key, bodies, 2);
+    await load(bare, key, bodies, 2); // warm-up
+    await load(warrant, key, bodies, 2);
     const rounds: { bare: Figures; warrant: Figures }[] = [];
     const served = { cpu: 0, batches: 0, decisions: 0 };
     for (let r = 0; r < ROUNDS; r += 1) {
-      const b = await load(bare.url, key, bodies, SECONDS);
+      const b = await load(bare, key, bodies, SECONDS);
       const before = PROCESSES === 1 ? await serverFigures(warrant.url) : null;
-      const w = await load(warrant.url, key, bodies, SECONDS);
+      const w = await load(warrant, key, bodies, SECONDS);
       let extra = '';
       if (before !== null) {
         // With one process, every decision of the round is an approval of this load.
@@ -184,6 +197,7 @@ async function main(): Promise<void> {
       }
       rounds.push({ bare: b, warrant: w });
       console.log(`round ${r + 1}\n  ${fmt('bare', b)}\n  ${fmt('approve', w)}${extra}`);
+      if (b.cpu !== null && w.cpu !== null && PROCESSES === 1) console.log(`  bare    ${fmtSplit(b.cpu)}\n  approve ${fmtSplit(w.cpu)}`);
     }
     const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
     const sum = (pick: (x: { bare: Figures; warrant: Figures }) => Figures): Figures => ({
@@ -192,6 +206,7 @@ async function main(): Promise<void> {
       p99: Math.max(...rounds.map((x) => pick(x).p99)),
       non2xx: rounds.reduce((a, x) => a + pick(x).non2xx, 0),
       errors: rounds.reduce((a, x) => a + pick(x).errors, 0),
+      cpu: meanSplit(rounds.map((x) => pick(x).cpu)),
     });
     const b = sum((x) => x.bare);
     const w = sum((x) => x.warrant);
@@ -200,6 +215,15 @@ async function main(): Promise<void> {
       console.log(
         `  server CPU ${((served.cpu / served.decisions) * 1e6).toFixed(0)} µs per approval, ${(served.decisions / served.batches).toFixed(1)} approvals per audit batch`,
       );
+    if (w.cpu !== null && PROCESSES === 1) {
+      // The CPU the target leaves the server: at half the bare rate, every core busy, less what the
+      // database and the load generator spent per approval in these rounds.
+      const cores = availableParallelism();
+      const room = (cores * 1e6) / (b.rps / 2) - w.cpu.database - w.cpu.load;
+      console.log(
+        `  at ratio 0.5 (${(b.rps / 2).toFixed(0)} approvals/s) ${cores} fully busy cores leave ${room.toFixed(0)} µs per approval for the server after the database's ${w.cpu.database.toFixed(0)} µs and the load generator's ${w.cpu.load.toFixed(0)} µs; it spent ${w.cpu.server.toFixed(0)} µs (the bare server ${b.cpu?.server.toFixed(0)} µs per request)`,
+      );
+    }
     console.log(`approve/bare ratio: ${(w.rps / b.rps).toFixed(2)}`);
   } finally {
     await stop(bare);
