@@ -63,7 +63,8 @@ async function main(): Promise<void> {
 /**
  * postgres.js 3.4.9 can throw from a `setImmediate` write after a connection dropped (its socket is
  * already null; porsager/postgres#1154, #1208): nothing awaits that write and the query it belonged to
- * is rejected as CONNECTION_CLOSED, so the process must survive a database outage rather than die on it.
+ * never settles (src/store/batch.ts sends nothing on a connection it knows is lost, which avoids most
+ * of these), so the process must survive a database outage rather than die on it.
  */
 process.on('uncaughtException', (e) => {
   if (e instanceof TypeError && /\bnextWrite\b[^\n]*postgres[\\/]src[\\/]connection\.js/.test(e.stack ?? '')) {

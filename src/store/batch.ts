@@ -55,27 +55,58 @@ function postgresRunner(client: Sql): BatchRunner {
   return async <T>(body: (c: BatchConn) => Promise<BatchOutcome<T>>): Promise<T> => {
     let committing = false;
     let writes: readonly Promise<unknown>[] = [];
-    // postgres.js rejects `begin` as soon as the connection closes, while the body may still be
-    // deciding; the pool can by then have reconnected that connection for other work, where a
-    // statement sent now would run outside this transaction. So nothing is sent after that.
+    // Once the batch's connection has closed, nothing more may be sent on it. postgres.js writes a
+    // statement sent to a closed connection from a setImmediate onto a null socket: a TypeError
+    // nothing can catch (porsager/postgres#1154) and a statement that never settles, which would
+    // leave its unit, and with it the writer, waiting forever. Worse, the pool may by then have
+    // reconnected that connection for other work, where the statement would run outside this
+    // transaction. `gone` is set by the first reaction to any statement failing for a lost
+    // connection (before the code awaiting it resumes) and by the transaction's own rejection.
     let gone = false;
-    const closed = (): Promise<never> => Promise.reject(new Error('the batch connection closed'));
-    const open = client.begin(async (tx: TransactionSql) => {
+    const lost = (e: unknown): void => {
+      if (connectionLost(e)) gone = true;
+    };
+    const open = client.begin((tx: TransactionSql) => {
+      /** Every statement of the batch, raw or through drizzle, goes out here. */
+      const send = (text: string, params: readonly unknown[], options?: { prepare?: boolean }): ReturnType<TransactionSql['unsafe']> => {
+        if (gone) throw new Error('the batch connection closed');
+        const q = tx.unsafe(text, params as string[], options);
+        // Registered first, so it runs before whoever awaits the statement. (It also starts the
+        // statement, on the next microtask: drizzle's `.values()` right after this still applies.)
+        q.catch(lost);
+        return q;
+      };
       let db: Db | undefined;
       const conn: BatchConn = {
-        // `execute()` sends now: postgres.js queries are otherwise lazy until awaited.
-        query: (text, params) => (gone ? closed() : tx.unsafe(text, params as string[], { prepare: true }).execute()),
+        // The statement itself is returned (no async wrapper): postgres.js observes it, so a write
+        // the database refuses is not an unhandled rejection while it waits for COMMIT.
+        query: (text, params) => {
+          if (!gone) return send(text, params, { prepare: true });
+          const refused = Promise.reject(new Error('the batch connection closed'));
+          refused.catch(() => undefined); // observed here; the caller still sees the rejection
+          return refused;
+        },
         get db() {
-          // drizzle reads the client's options (its type parsers, the same object for a transaction).
-          return (db ??= drizzlePostgres(Object.assign(tx, { options: client.options }) as unknown as Sql) as unknown as Db);
+          // drizzle reads the client's options (its type parsers, the same object for a
+          // transaction) and sends everything through `unsafe`.
+          return (db ??= drizzlePostgres({ options: client.options, unsafe: send } as unknown as Sql) as unknown as Db);
         },
       };
-      const out = await body(conn);
-      if (gone) throw new Error('the batch connection closed');
-      writes = out.writes;
-      // Returning without awaiting the writes lets postgres.js send COMMIT right behind them.
-      committing = true;
-      return out.value;
+      const run = (async (): Promise<T> => {
+        const out = await body(conn);
+        if (gone) throw new Error('the batch connection closed');
+        writes = out.writes;
+        // Returning without awaiting the writes lets postgres.js send COMMIT right behind them.
+        committing = true;
+        return out.value;
+      })();
+      // Settling this callback makes postgres.js send ROLLBACK or COMMIT on the connection: after
+      // it closed, that is the same uncatchable write. The transaction has already failed by then
+      // (postgres.js rejects it when the connection closes), so the callback is left unsettled.
+      return run.catch((e: unknown) => {
+        if (gone) return new Promise<never>(() => {});
+        throw e;
+      });
     });
     try {
       const value = (await open.catch((e: unknown) => {
@@ -85,11 +116,22 @@ function postgresRunner(client: Sql): BatchRunner {
       await Promise.all(writes);
       return value;
     } catch (e) {
-      // Every write is settled (or the connection is gone) by now; none may be left unobserved.
-      await Promise.allSettled(writes);
+      // No write may be left unobserved; one that reached a closed connection may never settle, so
+      // they are observed, not awaited (the batch has failed either way).
+      for (const w of writes) w.catch(() => undefined);
       throw new BatchFailed(committing, { cause: e });
     }
   };
+}
+
+/** Whether a statement's failure means its connection is lost (rather than the statement refused). */
+function connectionLost(e: unknown): boolean {
+  if (typeof e !== 'object' || e === null) return false;
+  const { code, severity } = e as { code?: unknown; severity?: unknown };
+  // postgres.js: CONNECTION_CLOSED / _DESTROYED / _ENDED, CONNECT_TIMEOUT; Node: socket errors;
+  // the server: a FATAL or PANIC error ends the session (e.g. 57P01, terminated by an administrator).
+  if (severity === 'FATAL' || severity === 'PANIC') return true;
+  return typeof code === 'string' && (code.startsWith('CONNECT') || /^E[A-Z]+$/.test(code));
 }
 
 /**

@@ -4,6 +4,7 @@
  * first, so these tests make a write fail and check that nothing of the batch is answered as done
  * and nothing of it is left in the database. They also check that one batch carries many units.
  */
+import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { StoreUnavailable } from '../../src/store/store.js';
 import { DecisionWriter, type AuditDraft, type DecisionUnit } from '../../src/store/writer.js';
@@ -144,4 +145,59 @@ describe.each(BACKENDS)('the decision writer on %s', (backend) => {
     expect(await state()).toEqual(before);
     expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
   });
+});
+
+// A connection that closes while its batch is still deciding: postgres.js rejects the transaction
+// at once and may reconnect the same connection for other work, where a statement the unit sends
+// afterwards would run on its own, committed outside any batch and without an audit row.
+describe.runIf(BACKENDS.includes('postgres'))('the decision writer on postgres, when its connection closes mid-batch', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness('postgres');
+  });
+  afterAll(async () => h.close());
+
+  const mint = async (trajectory: string): Promise<string> => {
+    const r = await h.call('POST', '/v1/capabilities', { trajectory_id: trajectory, rights: ['read'], objects: [{ kind: 'path', prefix: '/c' }], ttl_s: 3600 });
+    expect(r.status).toBe(201);
+    return r.body.capability_id as string;
+  };
+
+  /** Closes every other session of the test database from outside and waits until that is seen. */
+  const cut = async (): Promise<void> => {
+    const admin = postgres(h.database.url as string, { max: 1, onnotice: () => {} });
+    await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`;
+    await admin.end();
+    await new Promise((r) => setTimeout(r, 200));
+  };
+
+  for (const via of ['raw statement', 'drizzle statement'] as const) {
+    test(`a ${via} sent after the close never runs: the unit fails and nothing it wrote is committed`, async () => {
+      const target = await mint(`cut-${via.split(' ')[0]}`);
+      const writer = new DecisionWriter(h.database.db, { now: h.clock.now });
+      let sent = false;
+      const outcome = writer.submit({
+        tenantId: h.tenantIds.a,
+        fence: null,
+        chainOf: target,
+        run: async (tx, now) => {
+          await cut();
+          sent = true;
+          if (via === 'drizzle statement') await tx.revokeSubtree(h.tenantIds.a, target, now, 'cut');
+          else await tx.lockChain(h.tenantIds.a, `${target}-unknown`);
+          return { result: 'done', audit: null };
+        },
+      });
+      await expect(outcome).rejects.toBeInstanceOf(StoreUnavailable);
+      expect(sent).toBe(true);
+      // The pool recovers; the capability was not revoked behind the failed batch's back.
+      await new Promise((r) => setTimeout(r, 300));
+      const view = await h.store.getCapability(h.tenantIds.a, target);
+      expect(view?.record.revokedAt ?? null).toBeNull();
+      expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+      // The writer is not left waiting on the lost batch: the next decision goes through.
+      const next = writer.submit({ tenantId: h.tenantIds.a, fence: null, run: async () => ({ result: 'next', audit: null }) });
+      await expect(next).resolves.toBe('next');
+    });
+  }
 });
