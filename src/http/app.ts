@@ -283,7 +283,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
         capabilityId: q.capability_id,
         decision: q.decision,
         event: q.event,
-        afterSeq: q.after === undefined ? undefined : Number(q.after),
+        afterPos: q.after === undefined ? undefined : Number(q.after),
         limit: q.limit ?? 100,
       }),
     );

@@ -99,7 +99,7 @@ function renderAudit() {
   const d = $('#f-decision').value, ev = $('#f-event').value, text = $('#f-text').value.toLowerCase();
   const rows = entries.filter((e) => (!d || e.decision === d) && (!ev || e.event === ev) && (!text || JSON.stringify(e).toLowerCase().includes(text)));
   $('#audit tbody').replaceChildren(...rows.map((e) => el('tr', { className: e.decision },
-    ...[e.seq, e.at, e.event, e.decision, e.reason_code || '', e.capability_id || '', e.op || '', e.target ? describe({ ...e.target, prefix: e.target.path || e.target.url }) : '', e.cost === null ? '' : e.cost]
+    ...[e.pos, e.at, e.event, e.decision, e.reason_code || '', e.capability_id || '', e.op || '', e.target ? describe({ ...e.target, prefix: e.target.path || e.target.url }) : '', e.cost === null ? '' : e.cost]
       .map((v) => el('td', { textContent: String(v) })))));
 }
 
@@ -123,7 +123,7 @@ async function load(ev) {
     $('#tree').replaceChildren(el('ul', { className: 'tree' }, ...tops.map((c) => capNode(c, byId))));
     const trajectories = [...new Set([...byId.values()].map((c) => c.trajectory_id))];
     const all = (await Promise.all(trajectories.map(auditOf))).flat();
-    entries = [...new Map(all.map((e) => [e.id, e])).values()].sort((a, b) => a.seq - b.seq);
+    entries = [...new Map(all.map((e) => [e.id, e])).values()].sort((a, b) => a.pos - b.pos);
     renderAudit();
     $('#status').textContent = byId.size + ' capabilities, ' + entries.length + ' audit entries';
   } catch (e) {

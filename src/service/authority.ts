@@ -25,7 +25,7 @@ import { hashJson, newId } from '../crypto/hash.js';
 import type { KeyRing } from '../crypto/keys.js';
 import { signToken } from '../crypto/tokens.js';
 import { claim, markInDoubt, release, type Fence, type IdemKey, type StoredResponse } from '../store/idempotency.js';
-import { verifyChain } from '../store/audit.js';
+import { verifyChains } from '../store/audit.js';
 import { GENESIS_HASH, StoreUnavailable, type AuditFilter, type AuditRecord, type Store } from '../store/store.js';
 import { FenceLost, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
 import { ApiError, invalidRequest, unavailable, type FieldError } from './errors.js';
@@ -114,6 +114,7 @@ export class Authority {
       return this.deps.writer.submit({
         tenantId,
         fence,
+        newTree: claims.id,
         run: async (tx) => {
           await tx.insertCapability(this.newRow(claims, []));
           return this.issued('mint', claims, token);
@@ -524,13 +525,12 @@ export class Reads {
   }
 
   async audit(tenantId: string, f: AuditFilter): Promise<Reply> {
-    const { entries, nextSeq } = await this.store.listAudit(tenantId, f);
-    return { status: 200, body: { entries: entries.map(auditEntry), next: nextSeq === null ? null : String(nextSeq) } };
+    const { entries, nextPos } = await this.store.listAudit(tenantId, f);
+    return { status: 200, body: { entries: entries.map(auditEntry), next: nextPos === null ? null : String(nextPos) } };
   }
 
   async verifyAudit(tenantId: string): Promise<Reply> {
-    const head = (await this.store.auditHead(tenantId)) ?? { seq: 0, hash: GENESIS_HASH, lastId: null };
-    const report = await verifyChain(this.store.auditChain(tenantId), head, GENESIS_HASH);
+    const report = await verifyChains(this.store.auditChain(tenantId), await this.store.auditHeads(tenantId), GENESIS_HASH);
     return { status: 200, body: report.ok ? report : { ok: false, first_bad_id: report.firstBadId, entries: report.entries } };
   }
 }
@@ -539,6 +539,8 @@ export class Reads {
 export function auditEntry(r: AuditRecord): Record<string, unknown> {
   return {
     id: r.id,
+    pos: Number(r.pos),
+    tree_id: r.treeId,
     seq: Number(r.seq),
     at: r.at.toISOString(),
     event: r.event,

@@ -1,14 +1,18 @@
 /**
- * The audit hash chain. API/DESIGN: each row's hash = SHA-256(prev_hash ‖ canonical row), chained
- * per tenant, so any edit, deletion or reordering is detected by recomputing it.
+ * The audit hash chains. API/DESIGN: each row's hash = SHA-256(prev_hash ‖ canonical row), chained
+ * per delegation tree (and per tenant for the rows of no known tree), so an edit, deletion or
+ * reordering that does not recompute every later hash is detected by recomputing them. Against whoever
+ * can rewrite the database and recompute hashes, the signed checkpoints (src/audit/) are the defence.
  */
 import { canonicalJson, sha256Hex } from '../crypto/hash.js';
 import type { AuditRecord } from './store.js';
 
 /** The fields a row's hash covers: all of them but the hash itself. */
-export function hashedFields(r: Omit<AuditRecord, 'hash'>): Record<string, unknown> {
+export function hashedFields(r: Omit<AuditRecord, 'hash' | 'pos'>): Record<string, unknown> {
   return {
     tenant_id: r.tenantId,
+    // Rows of the tenant stream ('') written before trees had chains of their own hash without it.
+    ...(r.treeId === '' ? {} : { tree_id: r.treeId }),
     seq: Number(r.seq),
     id: r.id,
     at: r.at.toISOString(),
@@ -33,37 +37,62 @@ export function hashedFields(r: Omit<AuditRecord, 'hash'>): Record<string, unkno
  * `,` + the fields' canonical text + `]`, so the fields are serialized once; the writer reuses the
  * text as the row it inserts.
  */
-export function sealRow(r: Omit<AuditRecord, 'hash'>): { readonly canonical: string; readonly hash: string } {
+export function sealRow(r: Omit<AuditRecord, 'hash' | 'pos'>): { readonly canonical: string; readonly hash: string } {
   const canonical = canonicalJson(hashedFields(r));
   return { canonical, hash: sha256Hex(`[${JSON.stringify(r.prevHash)},${canonical}]`) };
 }
 
-export function rowHash(r: Omit<AuditRecord, 'hash'>): string {
+export function rowHash(r: Omit<AuditRecord, 'hash' | 'pos'>): string {
   return sealRow(r).hash;
 }
 
-export type ChainReport = { ok: true; entries: number; head: string } | { ok: false; firstBadId: string; entries: number };
+export type ChainReport = { ok: true; entries: number; trees: number } | { ok: false; firstBadId: string; entries: number };
+
+/** A chain's stored head: its last seq and hash. */
+export interface ChainHead {
+  readonly seq: number;
+  readonly hash: string;
+  readonly lastId: string | null;
+}
 
 /**
- * Walks a tenant's rows in seq order against the stored head. The first row whose seq, prev_hash or
- * hash does not follow is reported; rows cut from the end show as the head's missing last id.
+ * Walks a tenant's rows in (tree_id, seq) order against the stored heads (by tree id). The first row
+ * whose seq, prev_hash or hash does not follow is reported; rows cut from a chain's end show as its
+ * head's missing last id, and a chain whose rows are gone entirely as that head's last id too.
  */
-export async function verifyChain(
-  pages: AsyncIterable<AuditRecord[]>,
-  head: { seq: number; hash: string; lastId: string | null },
-  genesis: string,
-): Promise<ChainReport> {
+export async function verifyChains(pages: AsyncIterable<AuditRecord[]>, heads: ReadonlyMap<string, ChainHead>, genesis: string): Promise<ChainReport> {
+  let tree: string | null = null;
   let prev = genesis;
   let seq = 0;
   let entries = 0;
+  let lastId = 'head';
+  const seen = new Set<string>();
+  /** Null when the tree just walked ends where its head says; else the id to report. */
+  const closeTree = (): string | null => {
+    if (tree === null) return null;
+    const head = heads.get(tree);
+    if (head === undefined) return lastId;
+    return head.seq === seq && head.hash === prev ? null : (head.lastId ?? lastId);
+  };
   for await (const rows of pages) {
     for (const r of rows) {
+      if (r.treeId !== tree) {
+        const bad = closeTree();
+        if (bad !== null) return { ok: false, firstBadId: bad, entries };
+        tree = r.treeId;
+        seen.add(tree);
+        prev = genesis;
+        seq = 0;
+      }
       entries++;
       seq++;
       if (Number(r.seq) !== seq || r.prevHash !== prev || rowHash(r) !== r.hash) return { ok: false, firstBadId: r.id, entries };
       prev = r.hash;
+      lastId = r.id;
     }
   }
-  if (seq !== head.seq || prev !== head.hash) return { ok: false, firstBadId: head.lastId ?? 'head', entries };
-  return { ok: true, entries, head: prev };
+  const bad = closeTree();
+  if (bad !== null) return { ok: false, firstBadId: bad, entries };
+  for (const [treeId, head] of heads) if (!seen.has(treeId) && head.seq !== 0) return { ok: false, firstBadId: head.lastId ?? 'head', entries };
+  return { ok: true, entries, trees: seen.size };
 }

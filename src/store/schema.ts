@@ -3,10 +3,12 @@
  * Money is in micro-units as numeric(39,0): exact, and no sum of charges can overflow it.
  */
 import { sql } from 'drizzle-orm';
-import { bigint, check, index, integer, jsonb, numeric, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
+import { bigint, check, customType, index, integer, jsonb, numeric, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
 
 const micro = (name: string) => numeric(name, { precision: 39, scale: 0 });
 const at = (name: string) => timestamp(name, { withTimezone: true, precision: 3, mode: 'date' });
+/** A 64-bit transaction id (PostgreSQL `xid8`, never wraps), read as text. */
+const xid8 = customType<{ data: string }>({ dataType: () => 'xid8' });
 
 export const tenants = pgTable('tenants', {
   id: text('id').primaryKey(),
@@ -17,15 +19,29 @@ export const tenants = pgTable('tenants', {
   createdAt: at('created_at').notNull(),
 });
 
-/** Head of each tenant's audit hash chain; its row lock orders every decision of the tenant. */
-export const auditHeads = pgTable('audit_heads', {
-  tenantId: text('tenant_id')
-    .primaryKey()
-    .references(() => tenants.id),
-  seq: bigint('seq', { mode: 'number' }).notNull(),
-  hash: text('hash').notNull(),
-  lastId: text('last_id'),
-});
+/**
+ * Head of each audit hash chain: one per delegation tree (`tree_id` = its root capability's id), and
+ * one per tenant (`tree_id` = '') for the decisions that belong to no known tree (a bad token, a
+ * refused attenuation of an unknown parent). A decision locks only its own tree's head, so decisions
+ * on different trees never wait on each other. `xid` is the transaction that last moved the head: the
+ * checkpointer finds the trees changed since its last snapshot through it (src/audit/checkpointer.ts).
+ */
+export const auditHeads = pgTable(
+  'audit_heads',
+  {
+    tenantId: text('tenant_id')
+      .notNull()
+      .references(() => tenants.id),
+    treeId: text('tree_id').notNull(),
+    seq: bigint('seq', { mode: 'number' }).notNull(),
+    hash: text('hash').notNull(),
+    lastId: text('last_id'),
+    xid: xid8('xid')
+      .notNull()
+      .default(sql`pg_current_xact_id()`),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.treeId] }), index('audit_heads_xid_idx').on(t.tenantId, t.xid)],
+);
 
 export const capabilities = pgTable(
   'capabilities',
@@ -77,12 +93,18 @@ export const idempotency = pgTable(
   (t) => [primaryKey({ columns: [t.tenantId, t.scope, t.key] }), check('idempotency_state_ck', sql`${t.state} IN ('in_flight', 'completed', 'in_doubt')`)],
 );
 
-/** The audit log: one row per decision, hash-chained per tenant (hash = SHA-256(prev_hash ‖ row)). */
+/**
+ * The audit log: one row per decision, hash-chained per delegation tree (hash = SHA-256(prev_hash ‖
+ * row), `seq` counts within the tree). `pos` orders a tenant's rows for listing; signed checkpoints
+ * (audit_checkpoints) commit to every row through a Merkle tree whose leaves are the rows' hashes.
+ */
 export const audit = pgTable(
   'audit',
   {
     tenantId: text('tenant_id').notNull(),
+    treeId: text('tree_id').notNull(),
     seq: bigint('seq', { mode: 'number' }).notNull(),
+    pos: bigint('pos', { mode: 'number' }).notNull().generatedByDefaultAsIdentity(),
     id: text('id').notNull().unique(),
     at: at('at').notNull(),
     event: text('event', { enum: ['mint', 'attenuate', 'approve', 'revoke'] }).notNull(),
@@ -100,8 +122,61 @@ export const audit = pgTable(
     hash: text('hash').notNull(),
   },
   (t) => [
-    primaryKey({ columns: [t.tenantId, t.seq] }),
-    index('audit_capability_idx').on(t.tenantId, t.capabilityId, t.seq),
-    index('audit_trajectory_idx').on(t.tenantId, t.trajectoryId, t.seq),
+    primaryKey({ columns: [t.tenantId, t.treeId, t.seq] }),
+    uniqueIndex('audit_pos_idx').on(t.tenantId, t.pos),
+    index('audit_capability_idx').on(t.tenantId, t.capabilityId, t.pos),
+    index('audit_trajectory_idx').on(t.tenantId, t.trajectoryId, t.pos),
   ],
+);
+
+/**
+ * Signed checkpoints, per tenant, numbered from 1: each commits to the first `size` leaves of the
+ * tenant's audit Merkle tree (RFC 9162) and names the previous one. `jws` is what was signed; the
+ * same lines go to a sink outside the database. `snapshot` (a pg_snapshot as text) is where the
+ * next checkpoint starts looking for changed trees.
+ */
+export const auditCheckpoints = pgTable(
+  'audit_checkpoints',
+  {
+    tenantId: text('tenant_id')
+      .notNull()
+      .references(() => tenants.id),
+    n: bigint('n', { mode: 'number' }).notNull(),
+    size: bigint('size', { mode: 'number' }).notNull(),
+    root: text('root').notNull(),
+    jws: text('jws').notNull(),
+    /** The RFC 9162 consistency proof from the previous checkpoint's tree to this one (hex). */
+    consistency: jsonb('consistency').notNull(),
+    snapshot: text('snapshot').notNull(),
+    at: at('at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.n] })],
+);
+
+/**
+ * Where each tree's rows sit among the leaves: rows `from_seq`..`to_seq` of tree `tree_id` are leaves
+ * `leaf_start`.. in order. One row per tree per checkpoint, not per audit row.
+ */
+export const auditRanges = pgTable(
+  'audit_ranges',
+  {
+    tenantId: text('tenant_id').notNull(),
+    leafStart: bigint('leaf_start', { mode: 'number' }).notNull(),
+    treeId: text('tree_id').notNull(),
+    fromSeq: bigint('from_seq', { mode: 'number' }).notNull(),
+    toSeq: bigint('to_seq', { mode: 'number' }).notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.leafStart] }), uniqueIndex('audit_ranges_tree_idx').on(t.tenantId, t.treeId, t.toSeq)],
+);
+
+/** The Merkle tree's node hashes in tiles of 256 (src/audit/tiles.ts), hex-encoded. */
+export const auditTiles = pgTable(
+  'audit_tiles',
+  {
+    tenantId: text('tenant_id').notNull(),
+    level: integer('level').notNull(),
+    idx: bigint('idx', { mode: 'number' }).notNull(),
+    hashes: text('hashes').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.level, t.idx] })],
 );

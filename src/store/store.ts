@@ -6,6 +6,7 @@
 import { and, asc, eq, gt, inArray, isNotNull, isNull, or, sql, type SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg-core';
 import type { ChainLink } from '../core/approve.js';
+import type { ChainHead } from './audit.js';
 import type { BatchConn } from './batch.js';
 import { audit, auditHeads, capabilities, idempotency, tenants } from './schema.js';
 
@@ -71,7 +72,8 @@ export interface AuditFilter {
   readonly capabilityId?: string;
   readonly decision?: 'grant' | 'deny';
   readonly event?: 'mint' | 'attenuate' | 'approve' | 'revoke';
-  readonly afterSeq?: number;
+  /** Rows after this `pos` (the listing cursor). */
+  readonly afterPos?: number;
   readonly limit: number;
 }
 
@@ -109,6 +111,11 @@ export interface BatchTx extends DecisionTx {
   prefetch(capabilityIds: readonly string[]): Promise<void>;
   /** Sends, in one statement, every charge of the batch; the promise settles when it has run. */
   flush(): Promise<unknown>;
+  /**
+   * The delegation tree (its root's id) of a prefetched capability of this tenant; '' (the tenant's
+   * own chain) when it is unknown. The same rule as the writer's head lock.
+   */
+  treeOf(tenantId: string, capabilityId: string): string;
 }
 
 // The hot path's statements are plain SQL with the same text every batch (prepared once per
@@ -182,6 +189,10 @@ export function decisionTx(c: BatchConn): BatchTx {
 
   return {
     prefetch: lockRows,
+    treeOf(tenantId, capabilityId) {
+      const l = held.get(capabilityId);
+      return l === undefined || l.tenantId !== tenantId ? '' : (l.ancestors[0] ?? capabilityId);
+    },
     async lockChain(tenantId, capabilityId) {
       const known = heldChain(tenantId, capabilityId);
       if (known !== null) return known;
@@ -249,7 +260,7 @@ export class Store {
   async createTenant(t: TenantRecord & { createdAt: Date }): Promise<void> {
     await this.db.transaction(async (tx) => {
       await tx.insert(tenants).values(t);
-      await tx.insert(auditHeads).values({ tenantId: t.id, seq: 0, hash: GENESIS_HASH, lastId: null });
+      await tx.insert(auditHeads).values({ tenantId: t.id, treeId: '', seq: 0, hash: GENESIS_HASH, lastId: null });
     });
   }
 
@@ -289,43 +300,50 @@ export class Store {
     return { record, children: children.map((c) => c.id), revoked };
   }
 
-  async listAudit(tenantId: string, f: AuditFilter): Promise<{ entries: AuditRecord[]; nextSeq: number | null }> {
+  async listAudit(tenantId: string, f: AuditFilter): Promise<{ entries: AuditRecord[]; nextPos: number | null }> {
     const conds: SQL[] = [eq(audit.tenantId, tenantId)];
     if (f.trajectoryId !== undefined) conds.push(eq(audit.trajectoryId, f.trajectoryId));
     if (f.capabilityId !== undefined) conds.push(eq(audit.capabilityId, f.capabilityId));
     if (f.decision !== undefined) conds.push(eq(audit.decision, f.decision));
     if (f.event !== undefined) conds.push(eq(audit.event, f.event));
-    if (f.afterSeq !== undefined) conds.push(gt(audit.seq, f.afterSeq));
+    if (f.afterPos !== undefined) conds.push(gt(audit.pos, f.afterPos));
     const rows = await this.db
       .select()
       .from(audit)
       .where(and(...conds))
-      .orderBy(asc(audit.seq))
+      .orderBy(asc(audit.pos))
       .limit(f.limit + 1);
     const entries = rows.slice(0, f.limit);
     const last = entries[entries.length - 1];
-    return { entries, nextSeq: rows.length > f.limit && last !== undefined ? Number(last.seq) : null };
+    return { entries, nextPos: rows.length > f.limit && last !== undefined ? Number(last.pos) : null };
   }
 
-  /** The tenant's audit rows in chain order, a page at a time. */
+  /** The tenant's audit rows in chain order (by tree, then seq), a page at a time. */
   async *auditChain(tenantId: string, pageSize = 1000): AsyncGenerator<AuditRecord[]> {
-    let after = -1;
+    let after: { treeId: string; seq: number } | null = null;
     for (;;) {
-      const rows = await this.db
+      const past: SQL | undefined =
+        after === null ? undefined : or(gt(audit.treeId, after.treeId), and(eq(audit.treeId, after.treeId), gt(audit.seq, after.seq)));
+      const rows: AuditRecord[] = await this.db
         .select()
         .from(audit)
-        .where(and(eq(audit.tenantId, tenantId), gt(audit.seq, after)))
-        .orderBy(asc(audit.seq))
+        .where(and(eq(audit.tenantId, tenantId), past))
+        .orderBy(asc(audit.treeId), asc(audit.seq))
         .limit(pageSize);
-      if (rows.length === 0) return;
+      const last = rows[rows.length - 1];
+      if (last === undefined) return;
       yield rows;
-      after = Number(rows[rows.length - 1]?.seq);
+      after = { treeId: last.treeId, seq: Number(last.seq) };
     }
   }
 
-  async auditHead(tenantId: string): Promise<{ seq: number; hash: string; lastId: string | null } | null> {
-    const [row] = await this.db.select().from(auditHeads).where(eq(auditHeads.tenantId, tenantId));
-    return row === undefined ? null : { seq: Number(row.seq), hash: row.hash, lastId: row.lastId };
+  /** Every chain head of the tenant, by tree id ('' for the tenant's own chain). */
+  async auditHeads(tenantId: string): Promise<Map<string, ChainHead>> {
+    const rows = await this.db
+      .select({ treeId: auditHeads.treeId, seq: auditHeads.seq, hash: auditHeads.hash, lastId: auditHeads.lastId })
+      .from(auditHeads)
+      .where(eq(auditHeads.tenantId, tenantId));
+    return new Map(rows.map((r) => [r.treeId, { seq: Number(r.seq), hash: r.hash, lastId: r.lastId }]));
   }
 
   async listTenants(): Promise<TenantRecord[]> {
