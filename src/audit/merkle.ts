@@ -12,15 +12,21 @@ export const HASH_SIZE = 32;
 
 /** The root of the empty tree, MTH({}) = SHA-256() (RFC 9162 §2.1.1). */
 export const EMPTY_ROOT: Uint8Array = sha256(new Uint8Array(0));
+// The verifiers compare against their own copy: a caller writing into EMPTY_ROOT must not change them.
+const EMPTY = EMPTY_ROOT.slice();
 
 const LEAF_PREFIX = new Uint8Array([0x00]);
 const INTERIOR_PREFIX = new Uint8Array([0x01]);
 
+/**
+ * What went wrong: `out_of_range` (a leaf, size or subtree outside the tree), `bad_hash` (not 32
+ * bytes), `tile_missing` / `tile_short` / `bad_tile` (a store that cannot answer; ./tiles.ts).
+ */
 export type MerkleErrorCode = 'out_of_range' | 'bad_hash' | 'tile_missing' | 'tile_short' | 'bad_tile';
 
 /**
  * The one error this module and ./tiles.ts throw, for a caller's mistake (a leaf beyond the tree)
- * or a store that cannot answer. Verifiers never throw: they return false.
+ * or a store that cannot answer (a missing tile, a hash of the wrong size). Verifiers never throw: they return false.
  */
 export class MerkleError extends Error {
   constructor(
@@ -80,9 +86,11 @@ function parents(level: readonly Uint8Array[]): Uint8Array[] {
  */
 export async function subtreeRoot(reader: NodeReader, start: number, size: number): Promise<Uint8Array> {
   if (!isCount(start) || !isCount(size)) throw new MerkleError('out_of_range', 'start and size must be non-negative integers');
-  if (size === 0) return EMPTY_ROOT.slice();
+  if (size === 0) return EMPTY.slice();
   if (start % largestPowerOfTwoAtMost(size) !== 0) throw new MerkleError('out_of_range', 'the range is not aligned as the RFC splits a tree');
   const hashes = await Promise.all(perfectParts(start, size).map((p) => reader.node(p.level, p.index)));
+  // A reader is storage: a hash of the wrong size would make a proof no verifier accepts, or worse.
+  if (!isHashList(hashes)) throw new MerkleError('bad_hash', 'the node reader returned a hash that is not 32 bytes');
   // MTH(D[n]) = HASH(0x01 || MTH(D[0:k]) || MTH(D[k:n])): the right parts fold first.
   let root = hashes[hashes.length - 1] as Uint8Array;
   for (let i = hashes.length - 2; i >= 0; i--) root = interiorHash(hashes[i] as Uint8Array, root);
@@ -201,7 +209,7 @@ export function verifyConsistency(oldSize: number, newSize: number, oldRoot: Uin
   try {
     if (!isCount(oldSize) || !isCount(newSize) || oldSize > newSize) return false;
     if (!isHash(oldRoot) || !isHash(newRoot) || !isHashList(proof)) return false;
-    if (oldSize === 0 && !bytesEqual(oldRoot, EMPTY_ROOT)) return false;
+    if (oldSize === 0 && !bytesEqual(oldRoot, EMPTY)) return false;
     if (oldSize === newSize) return proof.length === 0 && bytesEqual(oldRoot, newRoot);
     if (oldSize === 0) return proof.length === 0;
     return verifyGrowth(oldSize, newSize, oldRoot, newRoot, proof);

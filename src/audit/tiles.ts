@@ -65,7 +65,8 @@ export function rightEdgeOf(size: number): TileRef[] {
  * A completed level-L tile's root (its 256 hashes hashed up 8 levels) is the next level-8(L+1) node.
  *
  * `rightEdge` maps a level to its current last tile; it must hold every tile
- * {@link rightEdgeOf}(oldSize) lists (others are ignored unless wrong). Pure: inputs are not modified
+ * {@link rightEdgeOf}(oldSize) lists. A full last tile may be given too (it is not needed); a tile
+ * given for a level the append reaches must be that level's last tile. Pure: inputs are not modified
  * and the tiles returned share no memory with them. Throws `MerkleError` with code `tile_missing` for
  * a partial tile not given, `bad_tile` for a tile of the wrong index or width, `bad_hash` for a leaf
  * hash not 32 bytes.

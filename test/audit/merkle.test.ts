@@ -416,6 +416,7 @@ describe('builders refuse what is not a tree', () => {
     ['a root beyond the leaves', () => rootOf(REFERENCE, 9), 'out_of_range'],
     ['a node beyond the leaves', () => REFERENCE.node(3, 1), 'out_of_range'],
     ['a fractional node index', () => REFERENCE.node(0, 0.5), 'out_of_range'],
+    ['a reader that returns a short hash', () => inclusionProof({ node: async () => new Uint8Array(31) }, 0, 2), 'bad_hash'],
   ])('%s', async (_name, run, code) => {
     expect(await codeOf(run())).toBe(code);
   });

@@ -56,6 +56,12 @@ class TileStore {
   snapshot(): Record<string, string> {
     return Object.fromEntries([...this.tiles].map(([k, v]) => [k, hx(v)]));
   }
+
+  /** The keys of tiles that differ from (or are missing in) another store's. */
+  diff(other: TileStore): string[] {
+    const keys = new Set([...this.tiles.keys(), ...other.tiles.keys()]);
+    return [...keys].filter((k) => Buffer.compare(this.tiles.get(k) ?? Buffer.alloc(0), other.tiles.get(k) ?? Buffer.alloc(0)) !== 0);
+  }
 }
 
 function storeOf(leaves: readonly Uint8Array[], chunks: readonly number[] = [leaves.length]): TileStore {
@@ -300,7 +306,7 @@ describe('across tile boundaries, up to 65537 leaves', () => {
   const SIZES = [1, 255, 256, 257, 511, 512, 65535, 65536, 65537];
 
   test('chunked and whole appends wrote the same tiles', () => {
-    expect(chunked.snapshot()).toEqual(whole.snapshot());
+    expect(chunked.diff(whole)).toEqual([]);
     expect(whole.tiles.size).toBe(tilesFor(65537).length);
   });
 
