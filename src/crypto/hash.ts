@@ -3,7 +3,7 @@
  * ids, idempotency keys and audit chain are built from. Workers-safe: Web Crypto randomness only.
  */
 import { sha256 } from '@noble/hashes/sha2.js';
-import { bytesToHex, utf8ToBytes } from '@noble/hashes/utils.js';
+import { bytesToHex, hexToBytes, utf8ToBytes } from '@noble/hashes/utils.js';
 import canonicalize from 'canonicalize';
 import { base64url } from 'jose';
 
@@ -57,4 +57,10 @@ export function randomToken(n: number): string {
 /** A fresh opaque id with a type prefix, e.g. `cap_…` (128 random bits). */
 export function newId(prefix: string): string {
   return `${prefix}_${randomToken(16)}`;
+}
+
+/** Bytes of a lower-case hex string, or null when it is not one (never throws: input may be hostile). */
+export function fromHex(hex: string): Uint8Array | null {
+  if (hex.length % 2 !== 0 || !/^[0-9a-f]*$/.test(hex)) return null;
+  return hexToBytes(hex);
 }

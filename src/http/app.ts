@@ -24,6 +24,10 @@ export interface AppDeps {
   readonly store: Store;
   readonly writer: DecisionWriter;
   readonly keys: KeyRing;
+  /** The audit checkpoint key ring: its public keys are published, and check checkpoints in verify. */
+  readonly auditKeys?: KeyRing;
+  /** Seconds between checkpoint rounds (a receipt's retry hint). */
+  readonly checkpointIntervalS?: number;
   readonly now: () => Date;
   /** Structured log sink; never given tokens or keys. */
   readonly log?: (entry: Record<string, unknown>) => void;
@@ -34,6 +38,8 @@ export interface AppDeps {
 type Env = { Variables: { tenantId: string; requestId: string } };
 
 export const MAX_BODY_BYTES = 64 * 1024;
+/** Where the audit checkpoint keys are published, without auth. */
+export const AUDIT_KEYS_PATH = '/.well-known/warrant-audit-keys.json';
 const SWAGGER_UI_VERSION = '5.35.0';
 
 function fieldErrors(error: ZodError, prefix: string): FieldError[] {
@@ -119,8 +125,16 @@ const routes = {
     method: 'get',
     path: '/v1/audit/verify',
     tags: ['audit'],
-    summary: "Recompute the tenant's audit hash chain",
-    responses: { 200: json(Any, 'ok, or the first bad id'), ...errors(401, 503) },
+    summary: "Check the tenant's audit rows, chains and signed checkpoints",
+    responses: { 200: json(Any, 'ok with the coverage, or the first bad row or checkpoint'), ...errors(401, 503) },
+  }),
+  receipt: createRoute({
+    method: 'get',
+    path: '/v1/audit/{id}/receipt',
+    tags: ['audit'],
+    summary: 'An audit entry with the proof that a signed checkpoint includes it',
+    request: { params: z.strictObject({ id: Id }) },
+    responses: { 200: json(Any, 'the receipt'), ...errors(400, 401, 404, 409, 503) },
   }),
 };
 
@@ -183,7 +197,10 @@ const tooLarge = (): ApiError => new ApiError(413, 'payload_too_large', `the bod
 
 export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   const authority = new Authority(deps);
-  const reads = new Reads(deps.store, deps.now);
+  const reads = new Reads(deps.store, deps.now, {
+    ...(deps.auditKeys === undefined ? {} : { auditKeys: deps.auditKeys }),
+    ...(deps.checkpointIntervalS === undefined ? {} : { checkpointIntervalS: deps.checkpointIntervalS }),
+  });
   const auth = new Authenticator(deps.store, () => deps.now().getTime());
   const app = new OpenAPIHono<Env>({
     defaultHook: (result, c) => {
@@ -289,11 +306,27 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     );
   });
   app.openapi(routes.verify, async (c) => send(c, await reads.verifyAudit(c.get('tenantId'))));
+  app.openapi(routes.receipt, async (c) => {
+    try {
+      return send(c, await reads.receipt(c.get('tenantId'), c.req.valid('param').id));
+    } catch (e) {
+      if (e instanceof ApiError && e.code === 'not_yet_covered') c.header('Retry-After', String(e.extra.retry_after_s));
+      throw e;
+    }
+  });
 
   app.get('/.well-known/jwks.json', (c) => {
     c.header('Cache-Control', 'public, max-age=300');
     return c.json(deps.keys.jwks);
   });
+  // The audit checkpoint keys (RFC 7517 JWK set): with them alone, anyone can check checkpoints and receipts.
+  const auditKeys = deps.auditKeys;
+  if (auditKeys !== undefined) {
+    app.get(AUDIT_KEYS_PATH, (c) => {
+      c.header('Cache-Control', 'public, max-age=300');
+      return c.json(auditKeys.jwks);
+    });
+  }
   // An interactive reference over the same document; its assets come from a CDN at a pinned version.
   app.get('/docs', swaggerUI({ url: '/openapi.json', version: SWAGGER_UI_VERSION, persistAuthorization: true, title: 'Warrant API' }));
   app.get('/ui', (c) => c.html(UI_HTML, 200, { 'Content-Security-Policy': UI_CSP }));
@@ -314,6 +347,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   // The keyless routes are plain handlers above; listed here so the document covers all of API.md.
   const keyless: [string, string, number[]][] = [
     ['/.well-known/jwks.json', 'Public verification keys (JWKS)', []],
+    [AUDIT_KEYS_PATH, 'Audit checkpoint public keys (JWKS)', []],
     ['/openapi.json', 'This document', []],
     ['/healthz', 'Liveness', []],
     ['/readyz', 'Readiness: 503 while the database is unreachable', [503]],

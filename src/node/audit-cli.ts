@@ -1,46 +1,155 @@
 /**
- * `npm run audit -- verify [NAME]`: recomputes the audit hash chain of every tenant (or of tenant
- * NAME) offline, straight from the database, as `GET /v1/audit/verify` does for one tenant. Prints a
- * line per tenant; exits 0 when every chain holds, 1 when one does not, 2 on bad usage. With embedded
- * PGlite, run it while the server is stopped.
+ * `npm run audit -- <command>` (also `npx warrant audit <command>`), straight from the database:
+ *
+ *   verify [TENANT_NAME] [--checkpoints FILE|DIR] [--keys JWKS_FILE]
+ *       Checks every tenant's (or one tenant's) audit rows, chains and leaf order against the signed
+ *       checkpoints exported outside the database (default: WARRANT_CHECKPOINT_DIR, one
+ *       <tenant id>.jsonl each), using only the audit public keys (a JWK set file, as
+ *       /.well-known/warrant-audit-keys.json serves; default: the local audit key ring). Also reports
+ *       a database whose own copy of a checkpoint differs from the exported one. Exit 0 when all
+ *       hold, 1 naming the first bad row or checkpoint, 2 on bad usage.
+ *   checkpoint
+ *       Makes one checkpoint round now (a server does this every WARRANT_CHECKPOINT_INTERVAL_S; for
+ *       deployments whose servers do not, e.g. Workers, run this from a scheduler).
+ *   receipt verify [FILE] --keys JWKS_FILE
+ *       Verifies a receipt (GET /v1/audit/{id}/receipt; FILE or stdin) offline. Exit 0 or 1.
+ *
+ * With embedded PGlite, run verify and checkpoint while the server is stopped.
  */
-import { Reads } from '../service/authority.js';
-import { Store } from '../store/store.js';
-import { readConfig, runMain } from './config.js';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { importAuditKeys, parseLines, type AuditKeys, type CheckpointLine } from '../audit/checkpoint.js';
+import { auditRanges, checkpointLines } from '../audit/checkpointer.js';
+import { verifyReceipt } from '../audit/receipt.js';
+import { Checkpointer } from '../audit/service.js';
+import { verifyAudit, type AuditReport } from '../audit/verify.js';
+import { GENESIS_HASH, Store, type TenantRecord } from '../store/store.js';
+import { log, readConfig, runMain, type Config } from './config.js';
 import { openConfiguredDatabase } from './db.js';
+import { FileSink, sinkFile } from './file-sink.js';
+import { loadKeys } from './keyfile.js';
 
-const USAGE = 'usage: npm run audit -- verify [TENANT_NAME]';
+const USAGE = `usage: npm run audit -- verify [TENANT_NAME] [--checkpoints FILE|DIR] [--keys JWKS_FILE]
+       npm run audit -- checkpoint
+       npm run audit -- receipt verify [FILE] --keys JWKS_FILE`;
+
+class UsageError extends Error {}
+
+/** `--name value` options and the remaining positional arguments. */
+function parseArgs(args: readonly string[], names: readonly string[]): { options: Map<string, string>; rest: string[] } {
+  const options = new Map<string, string>();
+  const rest: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i] as string;
+    if (!a.startsWith('--')) rest.push(a);
+    else if (!names.includes(a) || args[i + 1] === undefined) throw new UsageError(`unknown option or missing value: ${a}`);
+    else options.set(a, args[++i] as string);
+  }
+  return { options, rest };
+}
+
+async function auditKeysFrom(config: Config, file: string | undefined): Promise<AuditKeys> {
+  if (file === undefined) return (await loadKeys(config, () => {}, 'audit')).verifyKeys;
+  try {
+    return await importAuditKeys(JSON.parse(readFileSync(file, 'utf8')));
+  } catch (e) {
+    throw new UsageError(`${file}: not a JWK set of audit keys (${e instanceof Error ? e.message : String(e)})`);
+  }
+}
+
+/** The exported checkpoints of a tenant: from a file, a directory of <tenant id>.jsonl, or none. */
+function exported(path: string, tenant: TenantRecord, single: boolean): CheckpointLine[] | null {
+  const file = existsSync(path) && statSync(path).isDirectory() ? sinkFile(path, tenant.id) : single ? path : null;
+  if (file === null) throw new UsageError('--checkpoints FILE needs a TENANT_NAME; give a directory for every tenant');
+  if (!existsSync(file)) return null;
+  const parsed = parseLines(readFileSync(file, 'utf8'));
+  if (!parsed.ok) throw new Error(`${file}: line ${parsed.line} is not a checkpoint`);
+  return parsed.lines;
+}
+
+function reportLine(name: string, r: AuditReport, note: string): string {
+  if (r.ok) {
+    const at = r.checkpoint === null ? 'checkpoint=none' : `checkpoint=${r.checkpoint.n}\tcovered=${r.checkpoint.size}`;
+    return `ok\t${name}\tentries=${r.entries}\t${at}\tuncovered=${r.uncovered}${note}`;
+  }
+  const where = [
+    r.firstBadId === undefined ? '' : `first_bad_id=${r.firstBadId}`,
+    r.firstBadCheckpoint === undefined ? '' : `first_bad_checkpoint=${r.firstBadCheckpoint}`,
+  ];
+  return `TAMPERED\t${name}\tentries=${r.entries}\t${where.filter((w) => w !== '').join('\t')}\t${r.reason}`;
+}
+
+async function verify(config: Config, store: Store, args: string[]): Promise<number> {
+  const { options, rest } = parseArgs(args, ['--checkpoints', '--keys']);
+  if (rest.length > 1) throw new UsageError(USAGE);
+  const name = rest[0];
+  const keys = await auditKeysFrom(config, options.get('--keys'));
+  const tenants = (await store.listTenants()).filter((t) => name === undefined || t.name === name);
+  if (tenants.length === 0) throw new UsageError(name === undefined ? 'no tenants' : `no tenant named ${name}`);
+  let allOk = true;
+  for (const t of tenants) {
+    const inDb = await checkpointLines(store.db, t.id);
+    const file = exported(options.get('--checkpoints') ?? config.checkpointDir, t, name !== undefined);
+    let report: AuditReport = await verifyAudit(
+      keys,
+      t.id,
+      { rows: store.auditChain(t.id), heads: await store.auditHeads(t.id), ranges: await auditRanges(store.db, t.id), checkpoints: file ?? inDb },
+      GENESIS_HASH,
+    );
+    // The database's copy must be the exported one, checkpoint for checkpoint.
+    const differs = file === null ? -1 : inDb.findIndex((l, i) => file[i] !== undefined && file[i].jws !== l.jws);
+    if (report.ok && differs >= 0) {
+      report = {
+        ok: false,
+        entries: report.entries,
+        firstBadCheckpoint: differs + 1,
+        reason: `the database's checkpoint ${differs + 1} is not the one exported`,
+      };
+    }
+    allOk &&= report.ok;
+    console.log(reportLine(t.name, report, file === null ? '\t(no exported checkpoints: checked against the database copy only)' : ''));
+  }
+  return allOk ? 0 : 1;
+}
+
+async function receipt(config: Config, args: string[]): Promise<number> {
+  const { options, rest } = parseArgs(args, ['--keys']);
+  const keysFile = options.get('--keys');
+  if (rest[0] !== 'verify' || rest.length > 2 || keysFile === undefined) throw new UsageError(USAGE);
+  const text = readFileSync(rest[1] ?? 0, 'utf8');
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new UsageError('the receipt is not JSON');
+  }
+  const check = await verifyReceipt(json, await auditKeysFrom(config, keysFile));
+  console.log(JSON.stringify(check.ok ? { ok: true, checkpoint: check.checkpoint, row: check.row } : check, null, 2));
+  return check.ok ? 0 : 1;
+}
 
 async function main(args: string[]): Promise<number> {
-  const [command, name, ...rest] = args;
-  if (command !== 'verify' || rest.length > 0) {
-    console.error(USAGE);
-    return 2;
-  }
+  const [command, ...rest] = args;
   const config = readConfig(process.env);
-  const database = await openConfiguredDatabase(config);
   try {
-    await database.migrate();
-    const store = new Store(database.db);
-    const reads = new Reads(store, () => new Date());
-    const tenants = (await store.listTenants()).filter((t) => name === undefined || t.name === name);
-    if (tenants.length === 0) {
-      console.error(name === undefined ? 'no tenants' : `no tenant named ${name}`);
-      return 2;
+    if (command === 'receipt') return await receipt(config, rest);
+    if (command !== 'verify' && command !== 'checkpoint') throw new UsageError(USAGE);
+    const database = await openConfiguredDatabase(config);
+    try {
+      await database.migrate();
+      const store = new Store(database.db);
+      if (command === 'verify') return await verify(config, store, rest);
+      if (rest.length > 0) throw new UsageError(USAGE);
+      const keys = await loadKeys(config, log, 'audit');
+      const tenants = async (): Promise<string[]> => (await store.listTenants()).map((t) => t.id);
+      await new Checkpointer({ db: database.db, keys, now: () => new Date(), sink: new FileSink(config.checkpointDir), tenants, log }).round();
+      return 0;
+    } finally {
+      await database.close();
     }
-    let allOk = true;
-    for (const t of tenants) {
-      const report = (await reads.verifyAudit(t.id)).body as { ok: boolean; entries: number; head?: string; first_bad_id?: string };
-      allOk &&= report.ok;
-      console.log(
-        report.ok
-          ? `ok\t${t.name}\tentries=${report.entries}\thead=${report.head}`
-          : `TAMPERED\t${t.name}\tentries=${report.entries}\tfirst_bad_id=${report.first_bad_id}`,
-      );
-    }
-    return allOk ? 0 : 1;
-  } finally {
-    await database.close();
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    console.error(e.message);
+    return 2;
   }
 }
 

@@ -7,7 +7,13 @@ export interface Config {
   readonly databaseUrl?: string;
   readonly dataDir: string;
   readonly signingKeys?: string;
+  /** The audit checkpoint key ring (a JWK set as JSON), when given in the environment. */
+  readonly auditKeys?: string;
   readonly keysDir: string;
+  /** Seconds between checkpoint rounds (0: no periodic checkpoints; one is still made at shutdown). */
+  readonly checkpointIntervalS: number;
+  /** Where each tenant's checkpoints are appended, one JSON-lines file per tenant. */
+  readonly checkpointDir: string;
 }
 
 export function readConfig(env: NodeJS.ProcessEnv): Config {
@@ -15,13 +21,21 @@ export function readConfig(env: NodeJS.ProcessEnv): Config {
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error('PORT must be an integer 0 to 65535');
   const url = env.DATABASE_URL?.trim();
   const keys = env.WARRANT_SIGNING_KEYS?.trim();
+  const auditKeys = env.WARRANT_AUDIT_KEYS?.trim();
+  const interval = Number(env.WARRANT_CHECKPOINT_INTERVAL_S ?? 10);
+  if (!Number.isFinite(interval) || interval < 0 || interval > 86_400)
+    throw new Error('WARRANT_CHECKPOINT_INTERVAL_S must be a number of seconds from 0 to 86400');
+  const keysDir = resolve(env.WARRANT_KEYS_DIR ?? './keys');
   return {
     port,
     host: env.HOST ?? '127.0.0.1',
     ...(url ? { databaseUrl: url } : {}),
     dataDir: resolve(env.WARRANT_DATA_DIR ?? './.data'),
     ...(keys ? { signingKeys: keys } : {}),
-    keysDir: resolve(env.WARRANT_KEYS_DIR ?? './keys'),
+    ...(auditKeys ? { auditKeys } : {}),
+    keysDir,
+    checkpointIntervalS: interval,
+    checkpointDir: resolve(env.WARRANT_CHECKPOINT_DIR ?? `${keysDir}/checkpoints`),
   };
 }
 

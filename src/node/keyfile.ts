@@ -1,6 +1,9 @@
 /**
- * Signing keys for the Node entry: `WARRANT_SIGNING_KEYS` (a JWK set as JSON) when set; else the
- * ring in `<keys dir>/signing-keys.json`, generated on first start (git-ignored, mode 0600).
+ * Key rings for the Node entry. Token signing keys: `WARRANT_SIGNING_KEYS` (a JWK set as JSON) when
+ * set; else the ring in `<keys dir>/signing-keys.json`, generated on first start (git-ignored, mode
+ * 0600). Audit keys, which sign only audit checkpoints: `WARRANT_AUDIT_KEYS`, else
+ * `<keys dir>/audit-keys.json`, the same way. Two rings, so a leaked token key cannot sign a
+ * checkpoint and the audit key can be held apart (another host, an HSM-backed signer later).
  */
 import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -8,7 +11,12 @@ import type { JWK } from 'jose';
 import { generateSigningJwk, loadKeyRing, rotate, type KeyRing } from '../crypto/keys.js';
 import type { Config } from './config.js';
 
-export const keyFile = (keysDir: string): string => join(keysDir, 'signing-keys.json');
+/** Which ring: the token signing keys or the audit checkpoint keys. */
+export type RingKind = 'signing' | 'audit';
+
+const FILES: Record<RingKind, string> = { signing: 'signing-keys.json', audit: 'audit-keys.json' };
+
+export const keyFile = (keysDir: string, kind: RingKind = 'signing'): string => join(keysDir, FILES[kind]);
 
 function writeSet(path: string, set: { keys: JWK[] }): void {
   const tmp = `${path}.tmp`;
@@ -35,28 +43,29 @@ function readSet(path: string): { keys: JWK[] } {
   return JSON.parse(readFileSync(path, 'utf8')) as { keys: JWK[] };
 }
 
-export async function loadKeys(config: Config, log: (e: Record<string, unknown>) => void): Promise<KeyRing> {
-  if (config.signingKeys !== undefined) {
+export async function loadKeys(config: Config, log: (e: Record<string, unknown>) => void, kind: RingKind = 'signing'): Promise<KeyRing> {
+  const given = kind === 'signing' ? config.signingKeys : config.auditKeys;
+  if (given !== undefined) {
     let set: unknown;
     try {
-      set = JSON.parse(config.signingKeys);
+      set = JSON.parse(given);
     } catch {
-      throw new Error('WARRANT_SIGNING_KEYS is not valid JSON (expected a JWK set)');
+      throw new Error(`${kind === 'signing' ? 'WARRANT_SIGNING_KEYS' : 'WARRANT_AUDIT_KEYS'} is not valid JSON (expected a JWK set)`);
     }
     return loadKeyRing(set as { keys?: unknown });
   }
-  const path = keyFile(config.keysDir);
+  const path = keyFile(config.keysDir, kind);
   if (!existsSync(path)) {
     mkdirSync(config.keysDir, { recursive: true });
     // Instances starting together (start:cluster) must end up with one ring, not one each.
-    if (createSet(path, { keys: [await generateSigningJwk()] })) log({ msg: 'generated a new signing key', file: path });
+    if (createSet(path, { keys: [await generateSigningJwk()] })) log({ msg: `generated a new ${kind} key`, file: path });
   }
   return loadKeyRing(readSet(path));
 }
 
 /** `npm run keys -- rotate`: append a new active key, keep the old ones to verify. */
-export async function rotateKeyFile(keysDir: string): Promise<string> {
-  const path = keyFile(keysDir);
+export async function rotateKeyFile(keysDir: string, kind: RingKind = 'signing'): Promise<string> {
+  const path = keyFile(keysDir, kind);
   mkdirSync(keysDir, { recursive: true });
   const set = existsSync(path) ? readSet(path) : { keys: [] };
   const next = await rotate(set);
@@ -64,8 +73,8 @@ export async function rotateKeyFile(keysDir: string): Promise<string> {
   return next.keys[next.keys.length - 1]?.kid as string;
 }
 
-export function listKeyFile(keysDir: string): { kid: string; active: boolean }[] {
-  const path = keyFile(keysDir);
+export function listKeyFile(keysDir: string, kind: RingKind = 'signing'): { kid: string; active: boolean }[] {
+  const path = keyFile(keysDir, kind);
   if (!existsSync(path)) return [];
   const keys = readSet(path).keys;
   const activeIndex = keys.map((k) => typeof k.d === 'string').lastIndexOf(true);

@@ -11,7 +11,9 @@ import { Metrics } from '../http/metrics.js';
 import { createTenant } from '../service/tenants.js';
 import { Store } from '../store/store.js';
 import { DecisionWriter } from '../store/writer.js';
+import { Checkpointer } from '../audit/service.js';
 import { log, readConfig } from './config.js';
+import { FileSink } from './file-sink.js';
 import { openConfiguredDatabase } from './db.js';
 import { loadKeys } from './keyfile.js';
 
@@ -31,6 +33,7 @@ async function main(): Promise<void> {
   }
 
   const keys = await loadKeys(config, log);
+  const auditKeys = await loadKeys(config, log, 'audit');
   const metrics = new Metrics();
   if (database.poolUse !== undefined) metrics.poolUse = database.poolUse;
   metrics.cpuSeconds = () => {
@@ -38,7 +41,17 @@ async function main(): Promise<void> {
     return (user + system) / 1e6;
   };
   const writer = new DecisionWriter(database.db, { now, onBatch: (size) => metrics.batch(size) });
-  const app = createApp({ store, writer, keys, now, log, metrics });
+  const app = createApp({ store, writer, keys, auditKeys, checkpointIntervalS: config.checkpointIntervalS, now, log, metrics });
+  const checkpointer = new Checkpointer({
+    db: database.db,
+    keys: auditKeys,
+    now,
+    sink: new FileSink(config.checkpointDir),
+    tenants: async () => (await store.listTenants()).map((t) => t.id),
+    log,
+  });
+  if (config.checkpointIntervalS > 0) checkpointer.start(config.checkpointIntervalS * 1000);
+  log({ msg: 'audit checkpoints', every_s: config.checkpointIntervalS, sink: config.checkpointDir, audit_kid: auditKeys.activeKid });
   const server = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, (info) => {
     log({ msg: `listening on http://${config.host}:${info.port}`, port: info.port, kid: keys.activeKid });
   });
@@ -51,6 +64,7 @@ async function main(): Promise<void> {
     server.close();
     void (async () => {
       await writer.flush();
+      await checkpointer.stop();
       await database.close();
       process.exit(0);
     })();

@@ -25,7 +25,10 @@ import { hashJson, newId } from '../crypto/hash.js';
 import type { KeyRing } from '../crypto/keys.js';
 import { signToken } from '../crypto/tokens.js';
 import { claim, markInDoubt, release, type Fence, type IdemKey, type StoredResponse } from '../store/idempotency.js';
-import { verifyChains } from '../store/audit.js';
+import { auditRanges, checkpointLines, latestCheckpoint, leafOf, proveInclusion } from '../audit/checkpointer.js';
+import type { Receipt } from '../audit/receipt.js';
+import { verifyAudit } from '../audit/verify.js';
+import { hashedFields } from '../store/audit.js';
 import { GENESIS_HASH, StoreUnavailable, type AuditFilter, type AuditRecord, type Store } from '../store/store.js';
 import { FenceLost, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
 import { ApiError, invalidRequest, unavailable, type FieldError } from './errors.js';
@@ -491,11 +494,20 @@ function approveBody(r: ApproveResult): Record<string, unknown> {
   };
 }
 
+/** What the audit reads need beyond the store. */
+export interface AuditReadOptions {
+  /** The audit key ring, whose public keys check the checkpoints; none: checkpoints cannot be checked. */
+  readonly auditKeys?: KeyRing;
+  /** Seconds between checkpoint rounds, for a receipt's retry hint. */
+  readonly checkpointIntervalS?: number;
+}
+
 /** The reads of the API (GET endpoints), each scoped to the calling tenant. */
 export class Reads {
   constructor(
     private readonly store: Store,
     private readonly now: () => Date,
+    private readonly audits: AuditReadOptions = {},
   ) {}
 
   async capability(tenantId: string, id: string): Promise<Reply> {
@@ -529,9 +541,52 @@ export class Reads {
     return { status: 200, body: { entries: entries.map(auditEntry), next: nextPos === null ? null : String(nextPos) } };
   }
 
+  /** The tenant's rows, chains and checkpoints checked together (src/audit/verify.ts). */
   async verifyAudit(tenantId: string): Promise<Reply> {
-    const report = await verifyChains(this.store.auditChain(tenantId), await this.store.auditHeads(tenantId), GENESIS_HASH);
-    return { status: 200, body: report.ok ? report : { ok: false, first_bad_id: report.firstBadId, entries: report.entries } };
+    const db = this.store.db;
+    const report = await verifyAudit(
+      this.audits.auditKeys?.verifyKeys ?? new Map(),
+      tenantId,
+      {
+        rows: this.store.auditChain(tenantId),
+        heads: await this.store.auditHeads(tenantId),
+        ranges: await auditRanges(db, tenantId),
+        checkpoints: await checkpointLines(db, tenantId),
+      },
+      GENESIS_HASH,
+    );
+    if (report.ok) return { status: 200, body: { ...report, covered: report.entries - report.uncovered } };
+    const { firstBadId, firstBadCheckpoint, ...rest } = report;
+    return {
+      status: 200,
+      body: {
+        ...rest,
+        ...(firstBadId === undefined ? {} : { first_bad_id: firstBadId }),
+        ...(firstBadCheckpoint === undefined ? {} : { first_bad_checkpoint: firstBadCheckpoint }),
+      },
+    };
+  }
+
+  /** A receipt for one audit row: the row, its hash and its inclusion proof in the latest checkpoint. */
+  async receipt(tenantId: string, auditId: string): Promise<Reply> {
+    const db = this.store.db;
+    const row = await this.store.auditRow(tenantId, auditId);
+    if (row === null) throw new ApiError(404, 'not_found', 'no such audit entry');
+    const [leaf, latest] = await Promise.all([leafOf(db, tenantId, row.treeId, Number(row.seq)), latestCheckpoint(db, tenantId)]);
+    if (leaf === null || latest === null || leaf >= latest.size) {
+      const retry = Math.max(1, Math.ceil(this.audits.checkpointIntervalS ?? 10));
+      throw new ApiError(409, 'not_yet_covered', `no signed checkpoint covers this entry yet; retry after ${retry} s`, { retry_after_s: retry });
+    }
+    const receipt: Receipt = {
+      audit_id: row.id,
+      row: hashedFields(row),
+      hash: row.hash,
+      leaf_index: leaf,
+      tree_size: latest.size,
+      checkpoint: latest.jws,
+      inclusion: await proveInclusion(db, tenantId, leaf, latest.size),
+    };
+    return { status: 200, body: receipt };
   }
 }
 

@@ -337,6 +337,14 @@ export class Store {
     }
   }
 
+  async auditRow(tenantId: string, id: string): Promise<AuditRecord | null> {
+    const [row] = await this.db
+      .select()
+      .from(audit)
+      .where(and(eq(audit.tenantId, tenantId), eq(audit.id, id)));
+    return row ?? null;
+  }
+
   /** Every chain head of the tenant, by tree id ('' for the tenant's own chain). */
   async auditHeads(tenantId: string): Promise<Map<string, ChainHead>> {
     const rows = await this.db

@@ -4,7 +4,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { createApp } from '../../src/http/app.js';
-import { loadKeyRing, type KeyRing } from '../../src/crypto/keys.js';
+import { checkpointTenant, type MadeCheckpoint } from '../../src/audit/checkpointer.js';
+import { generateSigningJwk, loadKeyRing, type KeyRing } from '../../src/crypto/keys.js';
 import { createTenant } from '../../src/service/tenants.js';
 import { Store } from '../../src/store/store.js';
 import { DecisionWriter } from '../../src/store/writer.js';
@@ -33,6 +34,8 @@ export interface Harness {
   readonly store: Store;
   readonly writer: DecisionWriter;
   readonly keys: KeyRing;
+  /** The audit checkpoint key ring (a fresh key per harness). */
+  readonly auditKeys: KeyRing;
   readonly clock: Clock;
   readonly app: ReturnType<typeof createApp>;
   /** API keys of tenants "a" and "b". */
@@ -40,6 +43,8 @@ export interface Harness {
   readonly tenantIds: { readonly a: string; readonly b: string };
   /** A JSON request as tenant a (or `as`), returning status, parsed body and headers. */
   call(method: string, path: string, body?: unknown, options?: CallOptions): Promise<Called>;
+  /** Makes a checkpoint for a tenant ("a" by default) now; null when nothing was new. */
+  checkpoint(as?: 'a' | 'b'): Promise<MadeCheckpoint | null>;
   close(): Promise<void>;
 }
 
@@ -63,8 +68,9 @@ export async function startHarness(backend: Backend, ring: 'ring' | 'old' = 'rin
   const store = new Store(database.db);
   const clock = new Clock();
   const keys = await loadKeyRing(KEYS[ring]);
+  const auditKeys = await loadKeyRing({ keys: [await generateSigningJwk()] });
   const writer = new DecisionWriter(database.db, { now: clock.now });
-  const app = createApp({ store, writer, keys, now: clock.now });
+  const app = createApp({ store, writer, keys, auditKeys, now: clock.now });
   const a = await createTenant(store, 'a', clock.now());
   const b = await createTenant(store, 'b', clock.now());
   const tenants = { a: a.apiKey, b: b.apiKey };
@@ -74,6 +80,7 @@ export async function startHarness(backend: Backend, ring: 'ring' | 'old' = 'rin
     store,
     writer,
     keys,
+    auditKeys,
     clock,
     app,
     tenants,
@@ -94,6 +101,9 @@ export async function startHarness(backend: Backend, ring: 'ring' | 'old' = 'rin
         // not JSON: keep the text
       }
       return { status: res.status, body: parsed, headers: res.headers };
+    },
+    checkpoint(as = 'a') {
+      return checkpointTenant({ db: database.db, keys: auditKeys, now: clock.now }, as === 'a' ? a.tenant.id : b.tenant.id);
     },
     async close() {
       await writer.flush();

@@ -1,0 +1,238 @@
+/**
+ * The checkpointer: the one writer of each tenant's audit Merkle tree. Decisions append rows to
+ * their own tree's hash chain without any tenant-wide lock; this, off the decision path, takes the
+ * rows committed since the tenant's last checkpoint, gives them leaf positions (tree by tree, in
+ * chain order), stores the tree's node hashes in tiles, and signs a checkpoint over the new root.
+ *
+ * Which trees changed is found without scanning them all: every head records the transaction that
+ * last moved it (`xid`), and each checkpoint keeps the snapshot it was taken in, so the changed heads
+ * are those written by a transaction that snapshot did not see (pg_visible_in_snapshot). A tree's rows
+ * commit in seq order under its head lock, so everything up to the head a snapshot sees is committed.
+ *
+ * One checkpointer per tenant at a time: an advisory lock, and the (tenant, n) primary key behind it.
+ */
+import { sql, type SQL } from 'drizzle-orm';
+import { bytesToHex } from '@noble/hashes/utils.js';
+import type { KeyRing } from '../crypto/keys.js';
+import type { Db } from '../store/store.js';
+import { checkpointId, signCheckpoint, type CheckpointLine, type CheckpointPayload } from './checkpoint.js';
+import { fromHex } from '../crypto/hash.js';
+import { consistencyProof, inclusionProof, leafHash, rootOf } from './merkle.js';
+import { appendLeaves, rightEdgeOf, tileReader, type Tile } from './tiles.js';
+
+/** The audit's data is not what the checkpointer or a proof expects: never signed over, never proven. */
+export class AuditIntegrityError extends Error {
+  readonly code = 'audit_integrity';
+}
+
+type Row = Record<string, unknown>;
+/** Raw statements, on either driver (postgres.js returns the rows, PGlite an object holding them). */
+async function query(db: Pick<Db, 'execute'>, q: SQL): Promise<Row[]> {
+  const res: unknown = await db.execute(q);
+  return (Array.isArray(res) ? res : (res as { rows: Row[] }).rows) as Row[];
+}
+
+export interface LatestCheckpoint {
+  readonly n: number;
+  readonly size: number;
+  readonly root: string;
+  readonly jws: string;
+  readonly at: Date;
+}
+
+/** A checkpoint just made, for the sink. */
+export interface MadeCheckpoint extends CheckpointLine {
+  readonly payload: CheckpointPayload;
+}
+
+const LOCK_SPACE = 0x57_41_55_44; // "WAUD": the checkpointer's advisory locks, one per tenant
+
+async function latest(db: Pick<Db, 'execute'>, tenantId: string): Promise<(LatestCheckpoint & { snapshot: string }) | null> {
+  const [r] = await query(
+    db,
+    sql`SELECT n::text AS n, size::text AS size, root, jws, snapshot, at FROM audit_checkpoints c WHERE tenant_id = ${tenantId} ORDER BY c.n DESC LIMIT 1`,
+  );
+  if (r === undefined) return null;
+  return { n: Number(r.n), size: Number(r.size), root: String(r.root), jws: String(r.jws), snapshot: String(r.snapshot), at: new Date(r.at as string) };
+}
+
+/** The tenant's latest checkpoint, if any. */
+export async function latestCheckpoint(db: Db, tenantId: string): Promise<LatestCheckpoint | null> {
+  return latest(db, tenantId);
+}
+
+/** Every checkpoint of the tenant from `afterN` on, in order, as exported lines. */
+export async function checkpointLines(db: Db, tenantId: string, afterN = 0): Promise<CheckpointLine[]> {
+  const rows = await query(
+    db,
+    sql`SELECT n::text AS n, jws, consistency FROM audit_checkpoints c WHERE tenant_id = ${tenantId} AND c.n > ${afterN} ORDER BY c.n`,
+  );
+  return rows.map((r) => ({ n: Number(r.n), jws: String(r.jws), consistency: r.consistency as string[] }));
+}
+
+/** A tile loader over the stored tiles of a tenant (within the caller's transaction, if any). */
+export function tileLoader(db: Pick<Db, 'execute'>, tenantId: string): (level: number, index: number) => Promise<Uint8Array | undefined> {
+  return async (level, index) => {
+    const [r] = await query(db, sql`SELECT hashes FROM audit_tiles WHERE tenant_id = ${tenantId} AND level = ${level} AND idx = ${index}`);
+    return r === undefined ? undefined : (fromHex(String(r.hashes)) ?? undefined);
+  };
+}
+
+interface ChangedTree {
+  readonly tree_id: string;
+  readonly lo: number;
+  readonly hi: number;
+}
+
+/** The trees whose heads moved since `snapshot` (all trees with rows when there is none), with their covered seq. */
+async function changedTrees(tx: Pick<Db, 'execute'>, tenantId: string, snapshot: string | null): Promise<ChangedTree[]> {
+  const heads = await query(
+    tx,
+    snapshot === null
+      ? sql`SELECT tree_id, seq::text AS seq FROM audit_heads WHERE tenant_id = ${tenantId} AND seq > 0`
+      : sql`SELECT tree_id, seq::text AS seq FROM audit_heads WHERE tenant_id = ${tenantId}
+              AND xid >= pg_snapshot_xmin(${snapshot}::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, ${snapshot}::pg_snapshot)`,
+  );
+  if (heads.length === 0) return [];
+  const ids = JSON.stringify(heads.map((h) => h.tree_id));
+  const covered = await query(
+    tx,
+    sql`SELECT tree_id, max(to_seq)::text AS hi FROM audit_ranges
+        WHERE tenant_id = ${tenantId} AND tree_id IN (SELECT jsonb_array_elements_text(${ids}::jsonb)) GROUP BY tree_id`,
+  );
+  const done = new Map(covered.map((c) => [String(c.tree_id), Number(c.hi)]));
+  return heads
+    .map((h) => ({ tree_id: String(h.tree_id), lo: done.get(String(h.tree_id)) ?? 0, hi: Number(h.seq) }))
+    .filter((t) => t.hi > t.lo)
+    .sort((a, b) => (a.tree_id < b.tree_id ? -1 : a.tree_id > b.tree_id ? 1 : 0));
+}
+
+/** The new rows' hashes, tree by tree in seq order; every seq must be there (a gap is never signed over). */
+async function newLeaves(tx: Pick<Db, 'execute'>, tenantId: string, trees: readonly ChangedTree[]): Promise<Uint8Array[]> {
+  const rows = await query(
+    tx,
+    sql`SELECT a.tree_id, a.seq::text AS seq, a.hash FROM jsonb_to_recordset(${JSON.stringify(trees)}::jsonb) AS r(tree_id text, lo bigint, hi bigint)
+        JOIN audit a ON a.tenant_id = ${tenantId} AND a.tree_id = r.tree_id AND a.seq > r.lo AND a.seq <= r.hi
+        ORDER BY a.tree_id, a.seq`,
+  );
+  const leaves: Uint8Array[] = [];
+  let i = 0;
+  for (const t of trees) {
+    for (let seq = t.lo + 1; seq <= t.hi; seq++, i++) {
+      const r = rows[i];
+      const hash = r === undefined ? null : fromHex(String(r.hash));
+      if (r === undefined || r.tree_id !== t.tree_id || Number(r.seq) !== seq || hash === null || hash.length !== 32) {
+        throw new AuditIntegrityError(`audit row ${seq} of tree '${t.tree_id}' is missing or malformed`);
+      }
+      leaves.push(leafHash(hash));
+    }
+  }
+  return leaves;
+}
+
+/** Loads the right-edge tiles a tree of `size` leaves appends to. */
+async function rightEdge(load: (level: number, index: number) => Promise<Uint8Array | undefined>, size: number): Promise<Map<number, Tile>> {
+  const edge = new Map<number, Tile>();
+  for (const t of rightEdgeOf(size)) {
+    const hashes = await load(t.level, t.index);
+    if (hashes === undefined || hashes.length !== t.width * 32) throw new AuditIntegrityError(`audit tile ${t.level}/${t.index} is missing or the wrong size`);
+    edge.set(t.level, { level: t.level, index: t.index, hashes });
+  }
+  return edge;
+}
+
+export interface CheckpointOptions {
+  readonly db: Db;
+  readonly keys: KeyRing;
+  readonly now: () => Date;
+}
+
+/**
+ * Makes the tenant's next checkpoint if rows were committed since its last one; null when there is
+ * nothing new or another checkpointer holds the tenant. Throws AuditIntegrityError when the stored
+ * audit does not add up (a missing row or tile), rather than sign over it.
+ */
+export async function checkpointTenant(o: CheckpointOptions, tenantId: string): Promise<MadeCheckpoint | null> {
+  return o.db.transaction(
+    async (tx) => {
+      const [lock] = await query(tx, sql`SELECT pg_try_advisory_xact_lock(${LOCK_SPACE}, hashtext(${tenantId})) AS ok`);
+      if (lock?.ok !== true) return null;
+      const [snap] = await query(tx, sql`SELECT pg_current_snapshot()::text AS s`);
+      const last = await latest(tx, tenantId);
+      const trees = await changedTrees(tx, tenantId, last?.snapshot ?? null);
+      if (trees.length === 0) return null;
+      const leaves = await newLeaves(tx, tenantId, trees);
+      const oldSize = last?.size ?? 0;
+      const size = oldSize + leaves.length;
+
+      const stored = tileLoader(tx, tenantId);
+      const changed = appendLeaves(await rightEdge(stored, oldSize), oldSize, leaves);
+      const fresh = new Map(changed.map((t) => [`${t.level}/${t.index}`, t.hashes]));
+      const reader = tileReader(async (level, index) => fresh.get(`${level}/${index}`) ?? stored(level, index), size);
+      const root = bytesToHex(await rootOf(reader, size));
+      const consistency = last === null ? [] : (await consistencyProof(reader, oldSize, size)).map(bytesToHex);
+
+      const payload: CheckpointPayload = {
+        tenant: tenantId,
+        n: (last?.n ?? 0) + 1,
+        size,
+        root,
+        prev: last === null ? null : checkpointId(last.jws),
+        at: o.now().toISOString(),
+      };
+      const jws = await signCheckpoint(o.keys, payload);
+      let start = oldSize;
+      const ranges = trees.map((t) => {
+        const r = { leaf_start: start, tree_id: t.tree_id, from_seq: t.lo + 1, to_seq: t.hi };
+        start += t.hi - t.lo;
+        return r;
+      });
+      const tiles = changed.map((t) => ({ level: t.level, idx: t.index, hashes: bytesToHex(t.hashes) }));
+      await query(
+        tx,
+        sql`INSERT INTO audit_checkpoints (tenant_id, n, size, root, jws, consistency, snapshot, at)
+            VALUES (${tenantId}, ${payload.n}, ${size}, ${root}, ${jws}, ${JSON.stringify(consistency)}::jsonb, ${String(snap?.s)}, ${payload.at})`,
+      );
+      await query(
+        tx,
+        sql`INSERT INTO audit_ranges (tenant_id, leaf_start, tree_id, from_seq, to_seq)
+            SELECT ${tenantId}, leaf_start, tree_id, from_seq, to_seq FROM jsonb_to_recordset(${JSON.stringify(ranges)}::jsonb)
+              AS r(leaf_start bigint, tree_id text, from_seq bigint, to_seq bigint)`,
+      );
+      await query(
+        tx,
+        sql`INSERT INTO audit_tiles (tenant_id, level, idx, hashes)
+            SELECT ${tenantId}, level, idx, hashes FROM jsonb_to_recordset(${JSON.stringify(tiles)}::jsonb) AS r(level int, idx bigint, hashes text)
+            ON CONFLICT (tenant_id, level, idx) DO UPDATE SET hashes = excluded.hashes`,
+      );
+      return { n: payload.n, jws, consistency, payload };
+    },
+    { isolationLevel: 'repeatable read' },
+  );
+}
+
+/** Where an audit row sits among the leaves, once a checkpoint covers it. */
+export async function leafOf(db: Db, tenantId: string, treeId: string, seq: number): Promise<number | null> {
+  const [r] = await query(
+    db,
+    sql`SELECT leaf_start::text AS leaf_start, from_seq::text AS from_seq FROM audit_ranges r
+        WHERE tenant_id = ${tenantId} AND tree_id = ${treeId} AND r.to_seq >= ${seq} ORDER BY r.to_seq LIMIT 1`,
+  );
+  if (r === undefined || Number(r.from_seq) > seq) return null;
+  return Number(r.leaf_start) + seq - Number(r.from_seq);
+}
+
+/** The RFC 9162 inclusion proof of a leaf in the tree of `size` leaves, from the stored tiles. */
+export async function proveInclusion(db: Db, tenantId: string, leaf: number, size: number): Promise<string[]> {
+  return (await inclusionProof(tileReader(tileLoader(db, tenantId), size), leaf, size)).map(bytesToHex);
+}
+
+/** Every leaf range of the tenant, in leaf order (for verification). */
+export async function auditRanges(db: Db, tenantId: string): Promise<{ leafStart: number; treeId: string; fromSeq: number; toSeq: number }[]> {
+  const rows = await query(
+    db,
+    sql`SELECT leaf_start::text AS leaf_start, tree_id, from_seq::text AS from_seq, to_seq::text AS to_seq FROM audit_ranges r
+        WHERE tenant_id = ${tenantId} ORDER BY r.leaf_start`,
+  );
+  return rows.map((r) => ({ leafStart: Number(r.leaf_start), treeId: String(r.tree_id), fromSeq: Number(r.from_seq), toSeq: Number(r.to_seq) }));
+}

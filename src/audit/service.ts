@@ -1,0 +1,85 @@
+/**
+ * Checkpoint rounds: every interval (and once more at clean shutdown) each tenant with new audit
+ * rows gets a signed checkpoint, published to the sink outside the database. Runs beside the
+ * decisions, never on their path: nothing a decision waits for signs anything.
+ */
+import type { KeyRing } from '../crypto/keys.js';
+import type { Db } from '../store/store.js';
+import { AuditIntegrityError, checkpointTenant } from './checkpointer.js';
+import { publishCheckpoints, type CheckpointSink } from './publish.js';
+
+export interface CheckpointerOptions {
+  readonly db: Db;
+  readonly keys: KeyRing;
+  readonly now: () => Date;
+  /** Where checkpoints are published besides the database; null: the database only. */
+  readonly sink: CheckpointSink | null;
+  readonly tenants: () => Promise<readonly string[]>;
+  readonly log: (entry: Record<string, unknown>) => void;
+}
+
+export class Checkpointer {
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private running: Promise<void> = Promise.resolve();
+  private stopped = false;
+  /** Tenants whose database history no longer matches their sink: never extended again by this process. */
+  private readonly alarmed = new Set<string>();
+
+  constructor(private readonly o: CheckpointerOptions) {}
+
+  /** One round over every tenant; failures are logged per tenant, never thrown. */
+  round(): Promise<void> {
+    this.running = this.running.then(() => this.eachTenant());
+    return this.running;
+  }
+
+  /** Starts a round every `intervalMs`, each after the last has ended. */
+  start(intervalMs: number): void {
+    const tick = (): void => {
+      this.timer = setTimeout(() => {
+        void this.round().then(() => {
+          if (!this.stopped) tick();
+        });
+      }, intervalMs);
+    };
+    tick();
+  }
+
+  /** Stops the timer and makes a last round (clean shutdown: after the decision writer has flushed). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.round();
+  }
+
+  private async eachTenant(): Promise<void> {
+    let tenants: readonly string[];
+    try {
+      tenants = await this.o.tenants();
+    } catch (e) {
+      this.o.log({ level: 'warn', msg: 'checkpoint round skipped: the database is unavailable', error: errorText(e) });
+      return;
+    }
+    for (const tenantId of tenants) if (!this.alarmed.has(tenantId)) await this.tenant(tenantId);
+  }
+
+  private async tenant(tenantId: string): Promise<void> {
+    const { db, sink, keys } = this.o;
+    try {
+      // Catch up first: a checkpoint committed by another instance, or before a crash, is published
+      // (and the database's history checked against the sink) before a new one extends it.
+      if (sink !== null) await publishCheckpoints(db, sink, keys.verifyKeys, tenantId);
+      const made = await checkpointTenant({ db, keys, now: this.o.now }, tenantId);
+      if (made === null) return;
+      if (sink !== null) await publishCheckpoints(db, sink, keys.verifyKeys, tenantId);
+      this.o.log({ msg: 'audit checkpoint', tenant_id: tenantId, n: made.payload.n, size: made.payload.size, root: made.payload.root });
+    } catch (e) {
+      if (e instanceof AuditIntegrityError) {
+        this.alarmed.add(tenantId);
+        this.o.log({ level: 'error', msg: 'AUDIT INTEGRITY: checkpoints stopped for this tenant', tenant_id: tenantId, error: e.message });
+      } else this.o.log({ level: 'warn', msg: 'checkpoint failed; retried next round', tenant_id: tenantId, error: errorText(e) });
+    }
+  }
+}
+
+const errorText = (e: unknown): string => (e instanceof Error ? e.message : String(e));

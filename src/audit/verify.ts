@@ -1,0 +1,146 @@
+/**
+ * Verifying a tenant's audit log against its signed checkpoints, trusting nothing the database says
+ * about itself: every row's hash is recomputed from its content, every tree's chain is walked, the
+ * checkpoints are checked with the audit public keys alone (signatures, links, consistency), and the
+ * Merkle root over the rows, in their leaf order, must be what each checkpoint signed. The server
+ * (`GET /v1/audit/verify`, against its own copy of the checkpoints) and the offline CLI (against the
+ * exported files) run this same code.
+ */
+import { bytesToHex } from '@noble/hashes/utils.js';
+import { fromHex } from '../crypto/hash.js';
+import { verifyChains, type ChainHead } from '../store/audit.js';
+import type { AuditRecord } from '../store/store.js';
+import { verifyCheckpointLog, type AuditKeys, type CheckpointLine, type CheckpointPayload } from './checkpoint.js';
+import { leafHash, memoryReader, rootOf } from './merkle.js';
+
+/** Where rows `fromSeq`..`toSeq` of a tree sit among the leaves (the checkpointer's ranges). */
+export interface LeafRange {
+  readonly leafStart: number;
+  readonly treeId: string;
+  readonly fromSeq: number;
+  readonly toSeq: number;
+}
+
+export interface AuditData {
+  /** The tenant's rows in (tree_id, seq) order. */
+  readonly rows: AsyncIterable<AuditRecord[]>;
+  readonly heads: ReadonlyMap<string, ChainHead>;
+  readonly ranges: readonly LeafRange[];
+  /** The checkpoints to hold the rows to, from the first (the exported file's, or the database's). */
+  readonly checkpoints: readonly CheckpointLine[];
+}
+
+export type AuditReport =
+  | {
+      readonly ok: true;
+      readonly entries: number;
+      readonly trees: number;
+      /** The latest checkpoint, or null when none has been made yet. */
+      readonly checkpoint: { readonly n: number; readonly size: number; readonly root: string; readonly at: string } | null;
+      /** Rows not yet covered by a checkpoint: they hold only against those who cannot rewrite the database. */
+      readonly uncovered: number;
+    }
+  | {
+      readonly ok: false;
+      readonly entries: number;
+      /** The first row found bad, when one row can be named. */
+      readonly firstBadId?: string;
+      /** The first checkpoint found bad, or that the rows no longer match. */
+      readonly firstBadCheckpoint?: number;
+      readonly reason: string;
+    };
+
+/** Checks a tenant's audit rows, chains and checkpoints; reports the first thing that fails. */
+export async function verifyAudit(keys: AuditKeys, tenantId: string, data: AuditData, genesis: string): Promise<AuditReport> {
+  const hashes = new Map<string, string[]>();
+  const chain = await verifyChains(collect(data.rows, hashes), data.heads, genesis);
+  if (!chain.ok) return { ok: false, entries: chain.entries, firstBadId: chain.firstBadId, reason: 'a row does not follow its chain' };
+  const log = await verifyCheckpointLog(keys, tenantId, data.checkpoints);
+  if (!log.ok) return { ok: false, entries: chain.entries, firstBadCheckpoint: log.badCheckpoint, reason: log.reason };
+  const last = log.checkpoints[log.checkpoints.length - 1];
+  if (last === undefined) return { ok: true, entries: chain.entries, trees: chain.trees, checkpoint: null, uncovered: chain.entries };
+
+  const { leaves, problem } = leavesOf(data.ranges, hashes, last.size);
+  // The earliest failure wins: a checkpoint whose rows are all there but hash to another root comes
+  // before rows missing further on.
+  const mismatch = await firstMismatch(
+    log.checkpoints.filter((c) => c.size <= leaves.length),
+    leaves,
+  );
+  if (mismatch !== null) return { ok: false, entries: chain.entries, ...mismatch };
+  if (problem !== null) return { ok: false, entries: chain.entries, firstBadCheckpoint: firstCovering(log.checkpoints, problem.leaf), reason: problem.reason };
+  return {
+    ok: true,
+    entries: chain.entries,
+    trees: chain.trees,
+    checkpoint: { n: last.n, size: last.size, root: last.root, at: last.at },
+    uncovered: chain.entries - last.size,
+  };
+}
+
+/** Passes the pages through, keeping each row's hash by tree and seq for the leaves. */
+async function* collect(pages: AsyncIterable<AuditRecord[]>, into: Map<string, string[]>): AsyncGenerator<AuditRecord[]> {
+  for await (const rows of pages) {
+    for (const r of rows) {
+      let tree = into.get(r.treeId);
+      if (tree === undefined) into.set(r.treeId, (tree = []));
+      tree[Number(r.seq) - 1] = r.hash;
+    }
+    yield rows;
+  }
+}
+
+interface Leaves {
+  readonly leaves: Uint8Array[];
+  /** Why no more leaves could be built (null: all `size` were), at which leaf. */
+  readonly problem: { readonly reason: string; readonly leaf: number } | null;
+}
+
+/**
+ * The leaf hashes of the first `size` leaves, from the ranges and the (already chain-verified) rows,
+ * as far as they can be built: ranges that leave a gap or skip a tree's rows, or a row that is gone,
+ * stop them.
+ */
+function leavesOf(ranges: readonly LeafRange[], hashes: ReadonlyMap<string, string[]>, size: number): Leaves {
+  const leaves: Uint8Array[] = [];
+  const next = new Map<string, number>();
+  const bad = (reason: string): Leaves => ({ leaves, problem: { reason, leaf: leaves.length } });
+  for (const r of ranges) {
+    if (leaves.length >= size) break;
+    if (r.leafStart !== leaves.length) return bad(`the leaf ranges leave a gap at leaf ${leaves.length}`);
+    if (r.fromSeq !== (next.get(r.treeId) ?? 1) || r.toSeq < r.fromSeq) return bad(`the leaf ranges skip rows of tree '${r.treeId}'`);
+    for (let seq = r.fromSeq; seq <= r.toSeq; seq++) {
+      const hash = hashes.get(r.treeId)?.[seq - 1];
+      const bytes = hash === undefined ? null : fromHex(hash);
+      if (bytes === null) return bad(`row ${seq} of tree '${r.treeId}' (leaf ${leaves.length}) is gone`);
+      leaves.push(leafHash(bytes));
+    }
+    next.set(r.treeId, r.toSeq + 1);
+  }
+  if (leaves.length < size) return bad(`the checkpoints cover ${size} rows; the database holds ${leaves.length} of them`);
+  return { leaves: leaves.slice(0, size), problem: null };
+}
+
+/** The first checkpoint whose signed root is not the root of the rows it covers. */
+async function firstMismatch(
+  checkpoints: readonly CheckpointPayload[],
+  leaves: readonly Uint8Array[],
+): Promise<{ firstBadCheckpoint: number; reason: string } | null> {
+  const reader = memoryReader(leaves);
+  let from = 0;
+  for (const c of checkpoints) {
+    if (c.size > 0 && bytesToHex(await rootOf(reader, c.size)) !== c.root) {
+      return {
+        firstBadCheckpoint: c.n,
+        reason: `the rows at leaves ${from}..${c.size - 1} are not those checkpoint ${c.n} signed: a row there was changed, removed or inserted`,
+      };
+    }
+    from = c.size;
+  }
+  return null;
+}
+
+/** The first checkpoint covering leaf `i`. */
+function firstCovering(checkpoints: readonly CheckpointPayload[], i: number): number {
+  return checkpoints.find((c) => c.size > i)?.n ?? 1;
+}

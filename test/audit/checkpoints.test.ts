@@ -1,0 +1,241 @@
+/**
+ * Signed checkpoints and receipts on a real database (issue 12): the checkpointer covers every row
+ * once, GET /v1/audit/verify holds the rows to the signed roots, receipts verify with the audit
+ * public keys alone, and each way of rewriting the log that recomputes every hash the database holds
+ * (which the hash chain alone cannot see) is reported, naming the first bad row or checkpoint.
+ */
+import { sql, type SQL } from 'drizzle-orm';
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
+import { generateSigningJwk, loadKeyRing } from '../../src/crypto/keys.js';
+import { checkpointId, importAuditKeys, signCheckpoint, type CheckpointPayload } from '../../src/audit/checkpoint.js';
+import { verifyReceipt, type Receipt } from '../../src/audit/receipt.js';
+import { hashedFields, rowHash } from '../../src/store/audit.js';
+import { GENESIS_HASH, type AuditRecord } from '../../src/store/store.js';
+import { BACKENDS } from '../support/db.js';
+import { startHarness, type Harness } from '../support/app.js';
+
+type Row = Record<string, unknown>;
+const rowsOf = (res: unknown): Row[] => (Array.isArray(res) ? res : (res as { rows: Row[] }).rows);
+
+describe.each(BACKENDS)('audit checkpoints on %s', (backend) => {
+  let h: Harness;
+  /** Tables as they were before a test, put back after it (each test may tamper). */
+  const TABLES = ['audit', 'audit_heads', 'audit_checkpoints', 'audit_ranges', 'audit_tiles', 'capabilities'];
+  let saved: Record<string, string> = {};
+
+  const exec = (q: SQL): Promise<Row[]> => h.database.db.execute(q).then(rowsOf);
+
+  async function save(): Promise<void> {
+    saved = {};
+    for (const t of TABLES) {
+      const [r] = await exec(sql.raw(`SELECT coalesce(jsonb_agg(to_jsonb(x)), '[]')::text AS j FROM ${t} x`));
+      saved[t] = String(r?.j);
+    }
+  }
+  async function restore(): Promise<void> {
+    for (const t of TABLES) {
+      await exec(sql.raw(`DELETE FROM ${t}`));
+      await exec(sql`INSERT INTO ${sql.raw(t)} SELECT * FROM jsonb_populate_recordset(NULL::${sql.raw(t)}, ${saved[t]}::jsonb)`);
+    }
+  }
+
+  const mint = async (t: string): Promise<{ capability_id: string; token: string }> => {
+    const r = await h.call('POST', '/v1/capabilities', {
+      trajectory_id: t,
+      rights: ['read'],
+      objects: [{ kind: 'path', prefix: `/w/${t}` }],
+      predicate: { budget: 100, max_calls: 1000 },
+      ttl_s: 3600,
+    });
+    expect(r.status).toBe(201);
+    return r.body;
+  };
+  const approve = (token: string, path: string): Promise<{ status: number; body: Row }> =>
+    h.call('POST', '/v1/approve', { token, op: 'read', target: { kind: 'path', path }, cost: 0.01 });
+
+  /** A tree's rows in chain order. */
+  const treeRows = async (treeId: string): Promise<AuditRecord[]> => {
+    const out: AuditRecord[] = [];
+    for await (const page of h.store.auditChain(h.tenantIds.a)) out.push(...page.filter((r) => r.treeId === treeId));
+    return out;
+  };
+
+  /**
+   * What someone with write access to the database does to hide a decision: change rows, then
+   * recompute every later hash of the tree's chain and its head, so the chain itself verifies.
+   */
+  async function rechain(treeId: string): Promise<void> {
+    const rows = await exec(sql`SELECT id FROM audit WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${treeId} ORDER BY seq`);
+    // Out of the way first: (tenant_id, tree_id, seq) is unique row by row.
+    await exec(sql`UPDATE audit SET seq = -seq - 1000 WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${treeId}`);
+    let prev = GENESIS_HASH;
+    let seq = 0;
+    let lastId: string | null = null;
+    for (const { id } of rows) {
+      seq++;
+      await exec(sql`UPDATE audit SET seq = ${seq}, prev_hash = ${prev} WHERE id = ${String(id)}`);
+      const row = (await h.store.auditRow(h.tenantIds.a, String(id))) as AuditRecord;
+      prev = rowHash(row);
+      lastId = row.id;
+      await exec(sql`UPDATE audit SET hash = ${prev} WHERE id = ${row.id}`);
+    }
+    await exec(sql`UPDATE audit_heads SET seq = ${seq}, hash = ${prev}, last_id = ${lastId} WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${treeId}`);
+  }
+
+  const verify = async (): Promise<Row> => {
+    const r = await h.call('GET', '/v1/audit/verify');
+    expect(r.status).toBe(200);
+    return r.body;
+  };
+
+  let trees: { capability_id: string; token: string }[];
+
+  beforeAll(async () => {
+    h = await startHarness(backend);
+    trees = [await mint('t1'), await mint('t2')];
+    for (const [i, t] of trees.entries()) {
+      for (let k = 0; k < 5; k++) expect((await approve(t.token, k === 2 ? '/etc/shadow' : `/w/t${i + 1}/f${k}`)).status).toBe(200);
+    }
+    await approve('not-a-token', '/x'); // the tenant's own chain
+    expect(await h.checkpoint()).toMatchObject({ n: 1, payload: { size: 13, n: 1, prev: null } });
+    for (const t of trees) await approve(t.token, '/w/t1/later');
+    expect(await h.checkpoint()).toMatchObject({ n: 2, payload: { size: 15, n: 2 } });
+    await approve(trees[0]!.token, '/w/t1/uncovered');
+    await save();
+  });
+  afterAll(async () => h.close());
+  beforeEach(async () => restore());
+
+  test('verify: every row covered by the signed checkpoints but the newest; no checkpoint when nothing is new', async () => {
+    expect(await verify()).toMatchObject({ ok: true, entries: 16, trees: 3, covered: 15, uncovered: 1, checkpoint: { n: 2, size: 15 } });
+    expect(await h.checkpoint('b')).toBeNull();
+  });
+
+  test('each row is one leaf: the ranges cover every tree from seq 1 without gap or overlap', async () => {
+    const ranges = await exec(
+      sql`SELECT tree_id, from_seq::int AS f, to_seq::int AS t, leaf_start::int AS s FROM audit_ranges WHERE tenant_id = ${h.tenantIds.a} ORDER BY leaf_start`,
+    );
+    let next = 0;
+    const seen = new Map<string, number>();
+    for (const r of ranges) {
+      expect(r.s).toBe(next);
+      expect(r.f).toBe((seen.get(String(r.tree_id)) ?? 0) + 1);
+      next += Number(r.t) - Number(r.f) + 1;
+      seen.set(String(r.tree_id), Number(r.t));
+    }
+    expect(next).toBe(15);
+  });
+
+  test('a receipt verifies offline with only the published audit keys; a changed row, proof or signer does not', async () => {
+    const entries = (await h.call('GET', `/v1/audit?capability_id=${trees[0]!.capability_id}`)).body.entries as Row[];
+    const denied = entries.find((e) => e.decision === 'deny') as Row;
+    const r = await h.call('GET', `/v1/audit/${String(denied.id)}/receipt`);
+    expect(r.status).toBe(200);
+    const receipt = r.body as Receipt;
+    const jwks = (await h.call('GET', '/.well-known/warrant-audit-keys.json', undefined, { as: 'none' })).body;
+    const keys = await importAuditKeys(JSON.parse(JSON.stringify(jwks)));
+    expect(await verifyReceipt(receipt, keys)).toMatchObject({ ok: true, checkpoint: { n: 2, size: 15 } });
+    expect(receipt.inclusion.length).toBeLessThanOrEqual(Math.ceil(Math.log2(15)));
+
+    const granted = { ...receipt, row: { ...receipt.row, decision: 'grant', reason_code: null } };
+    expect(await verifyReceipt(granted, keys)).toMatchObject({ ok: false, code: 'row_mismatch' });
+    const record = (await h.store.auditRow(h.tenantIds.a, String(denied.id))) as AuditRecord;
+    const rehashed = { ...granted, hash: rowHash({ ...record, decision: 'grant', reasonCode: null }) };
+    expect((await verifyReceipt(rehashed, keys)).ok).toBe(false);
+    const flipped = { ...receipt, inclusion: receipt.inclusion.map((x, i) => (i === 0 ? `${x[0] === '0' ? '1' : '0'}${x.slice(1)}` : x)) };
+    expect(await verifyReceipt(flipped, keys)).toMatchObject({ ok: false, code: 'not_included' });
+    const otherKeys = await loadKeyRing({ keys: [await generateSigningJwk()] });
+    expect(await verifyReceipt(receipt, otherKeys.verifyKeys)).toMatchObject({ ok: false, code: 'bad_checkpoint' });
+  });
+
+  test('a row no checkpoint covers yet has no receipt: 409 not_yet_covered with Retry-After', async () => {
+    const entries = (await h.call('GET', '/v1/audit?limit=1000')).body.entries as Row[];
+    const newest = entries[entries.length - 1] as Row;
+    const r = await h.call('GET', `/v1/audit/${String(newest.id)}/receipt`);
+    expect(r.status).toBe(409);
+    expect(r.body.error).toMatchObject({ code: 'not_yet_covered', retry_after_s: expect.any(Number) });
+    expect(r.headers.get('retry-after')).toBe(String(r.body.error.retry_after_s));
+    expect((await h.call('GET', '/v1/audit/aud_nope/receipt')).status).toBe(404);
+  });
+
+  // Each rewrite recomputes every hash the database holds, so the chains alone verify (as on the
+  // code before checkpoints, where verify answered ok): only the signed roots can tell.
+  test('a deny turned into a grant, every later hash and the head recomputed, is reported at its checkpoint', async () => {
+    const tree = trees[0]!.capability_id;
+    const victim = (await treeRows(tree)).find((r) => r.reasonCode === 'object_outside') as AuditRecord;
+    await exec(sql`UPDATE audit SET decision = 'grant', reason_code = NULL, detail = NULL WHERE id = ${victim.id}`);
+    await rechain(tree);
+    expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 1 });
+  });
+
+  test('a deleted row, the tree re-chained, is reported', async () => {
+    const tree = trees[1]!.capability_id;
+    const victim = (await treeRows(tree))[2] as AuditRecord;
+    await exec(sql`DELETE FROM audit WHERE id = ${victim.id}`);
+    await rechain(tree);
+    expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 1 });
+  });
+
+  test('rows cut from a tree’s end, the head moved back, are reported', async () => {
+    const tree = trees[1]!.capability_id;
+    const rows = await treeRows(tree);
+    await exec(sql`DELETE FROM audit WHERE id = ${rows[rows.length - 1]!.id}`);
+    await rechain(tree);
+    expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 2 });
+  });
+
+  test('a forged row inserted in a tree, re-chained, is reported', async () => {
+    const tree = trees[0]!.capability_id;
+    const first = (await treeRows(tree))[0] as AuditRecord;
+    const forged = { ...hashedFields(first), id: 'aud_forged', seq: 0, hash: first.hash, tree_id: tree };
+    await exec(sql`INSERT INTO audit (tenant_id, tree_id, seq, id, at, event, decision, capability_id, trajectory_id, prev_hash, hash)
+      SELECT tenant_id, tree_id, seq, id, at, event, decision, capability_id, trajectory_id, prev_hash, hash
+      FROM jsonb_populate_recordset(NULL::audit, ${JSON.stringify([forged])}::jsonb)`);
+    await rechain(tree);
+    expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 1 });
+  });
+
+  test('an edit that does not recompute the hash is named by its row', async () => {
+    const victim = (await treeRows(trees[0]!.capability_id))[1] as AuditRecord;
+    await exec(sql`UPDATE audit SET cost = cost + 1 WHERE id = ${victim.id}`);
+    expect(await verify()).toMatchObject({ ok: false, first_bad_id: victim.id });
+  });
+
+  test('the database copy of the checkpoints: a deleted, reordered or re-signed one is reported', async () => {
+    await exec(sql`DELETE FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a} AND n = 1`);
+    expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 1 });
+    await restore();
+    await exec(sql`UPDATE audit_checkpoints SET n = -n WHERE tenant_id = ${h.tenantIds.a}`);
+    await exec(sql`UPDATE audit_checkpoints SET n = 3 + n WHERE tenant_id = ${h.tenantIds.a}`);
+    expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 1 });
+    await restore();
+    const [c2] = await exec(sql`SELECT jws FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a} AND n = 2`);
+    const payload = JSON.parse(Buffer.from(String(c2?.jws).split('.')[1] as string, 'base64url').toString()) as CheckpointPayload;
+    const stranger = await loadKeyRing({ keys: [await generateSigningJwk()] });
+    await exec(sql`UPDATE audit_checkpoints SET jws = ${await signCheckpoint(stranger, payload)} WHERE tenant_id = ${h.tenantIds.a} AND n = 2`);
+    expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 2 });
+  });
+
+  test('a checkpoint signed with the audit key over a rewritten log does not extend its predecessor', async () => {
+    const tree = trees[0]!.capability_id;
+    const victim = (await treeRows(tree)).find((r) => r.reasonCode === 'object_outside') as AuditRecord;
+    await exec(sql`UPDATE audit SET decision = 'grant', reason_code = NULL, detail = NULL WHERE id = ${victim.id}`);
+    await rechain(tree);
+    // The holder of the audit key re-signs checkpoint 2 over the rewritten rows (its root is right for
+    // them), naming checkpoint 1 as before: checkpoint 1's root no longer follows from the new tree.
+    const [c1] = await exec(sql`SELECT jws FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a} AND n = 1`);
+    await exec(sql`DELETE FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a} AND n = 2`);
+    await exec(sql`DELETE FROM audit_ranges WHERE tenant_id = ${h.tenantIds.a} AND leaf_start >= 13`);
+    await exec(sql`DELETE FROM audit_tiles WHERE tenant_id = ${h.tenantIds.a}`);
+    await exec(sql`DELETE FROM audit_ranges WHERE tenant_id = ${h.tenantIds.a}`);
+    await exec(sql`DELETE FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a}`);
+    const fresh = await h.checkpoint();
+    expect(fresh?.payload.n).toBe(1);
+    const forged: CheckpointPayload = { ...(fresh as { payload: CheckpointPayload }).payload, n: 2, prev: checkpointId(String(c1?.jws)) };
+    await exec(sql`UPDATE audit_checkpoints SET n = 2, jws = ${await signCheckpoint(h.auditKeys, forged)} WHERE tenant_id = ${h.tenantIds.a}`);
+    await exec(
+      sql`INSERT INTO audit_checkpoints SELECT * FROM jsonb_populate_recordset(NULL::audit_checkpoints, ${saved.audit_checkpoints}::jsonb) WHERE n = 1 AND tenant_id = ${h.tenantIds.a}`,
+    );
+    expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 2, reason: expect.stringMatching(/does not extend/) });
+  });
+});
