@@ -107,8 +107,13 @@ export function jsonb(v: unknown): SQL | null {
 
 /** The decision operations of one batch transaction, with the batch-wide steps the writer drives. */
 export interface BatchTx extends DecisionTx {
-  /** Reads and locks, in one statement, the chains of these capabilities (their ancestors included). */
-  prefetch(capabilityIds: readonly string[]): Promise<void>;
+  /**
+   * Reads and locks, in one statement, the chains of these capabilities (their ancestors included);
+   * with `skipLocked`, rows another transaction holds are left out (see `holds`).
+   */
+  prefetch(capabilityIds: readonly string[], options?: { skipLocked: boolean }): Promise<void>;
+  /** Whether a capability's whole chain, root to itself, is locked and held by this batch. */
+  holds(tenantId: string, capabilityId: string): boolean;
   /** Sends, in one statement, every charge of the batch; the promise settles when it has run. */
   flush(): Promise<unknown>;
   /**
@@ -125,6 +130,9 @@ const LOCK_CHAINS = `SELECT id, tenant_id, to_json(ancestors) AS ancestors, dept
 FROM capabilities
 WHERE id IN (SELECT unnest(c.ancestors || c.id) FROM capabilities c WHERE c.id IN (SELECT jsonb_array_elements_text($1::jsonb)))
 ORDER BY id FOR UPDATE`;
+
+/** The same rows for the main lane: a row another transaction holds is left out, not waited for. */
+const LOCK_CHAINS_SKIP = `${LOCK_CHAINS} SKIP LOCKED`;
 
 // The CHECK constraints (spent <= budget, calls <= max_calls) still guard this write.
 const WRITE_CHARGES = `UPDATE capabilities AS c SET spent = d.spent, calls = d.calls
@@ -168,9 +176,9 @@ export function decisionTx(c: BatchConn): BatchTx {
     }
   };
 
-  const lockRows = async (capabilityIds: readonly string[]): Promise<void> => {
+  const lockRows = async (capabilityIds: readonly string[], options?: { skipLocked: boolean }): Promise<void> => {
     if (capabilityIds.length === 0) return;
-    hold((await c.query(LOCK_CHAINS, [JSON.stringify(capabilityIds)])) as unknown as LinkRow[]);
+    hold((await c.query(options?.skipLocked === true ? LOCK_CHAINS_SKIP : LOCK_CHAINS, [JSON.stringify(capabilityIds)])) as unknown as LinkRow[]);
   };
 
   /** The held chain of a capability, root first, or null when some link is not held. */
@@ -189,6 +197,10 @@ export function decisionTx(c: BatchConn): BatchTx {
 
   return {
     prefetch: lockRows,
+    holds(tenantId, capabilityId) {
+      const chain = heldChain(tenantId, capabilityId);
+      return chain !== null && chain.length > 0;
+    },
     treeOf(tenantId, capabilityId) {
       const l = held.get(capabilityId);
       return l === undefined || l.tenantId !== tenantId ? '' : (l.ancestors[0] ?? capabilityId);

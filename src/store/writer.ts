@@ -63,6 +63,19 @@ interface Pending {
 
 type Settle = { ok: true; value: unknown } | { ok: false; error: unknown };
 
+/**
+ * How a batch takes its locks. `skip`: the main lane never waits for a lock another transaction
+ * holds (SKIP LOCKED); the units of a tree it could not lock are `deferred`. `wait`: a waiting lane
+ * queues for one tree's locks like any transaction, and so never starves.
+ */
+type LockMode = 'skip' | 'wait';
+
+/** What a batch did with each unit: settled, or deferred to a waiting lane for its tree (by tree key). */
+interface BatchResult {
+  readonly settled: Map<Pending, Settle>;
+  readonly deferred: Map<string, Pending[]>;
+}
+
 export interface WriterOptions {
   readonly now: () => Date;
   /** Most units in one transaction. */
@@ -70,6 +83,8 @@ export interface WriterOptions {
   readonly onBatch?: (size: number) => void;
   /** Batch transactions open at once (see LANES). */
   readonly lanes?: number;
+  /** Waiting lanes (one tree each) open at once, for trees whose locks another transaction holds. */
+  readonly waitingLanes?: number;
 }
 
 /**
@@ -81,6 +96,12 @@ export interface WriterOptions {
  */
 const LANES = 1;
 
+/**
+ * Waiting lanes open at once, by default: each waits for one tree whose locks another transaction
+ * (another instance's batch) held when the main lane tried them. More blocked trees than this queue.
+ */
+const WAITING_LANES = 4;
+
 export class DecisionWriter {
   private queue: Pending[] = [];
   private readonly maxBatch: number;
@@ -91,6 +112,10 @@ export class DecisionWriter {
   private idleLanes = 0;
   /** Held by the lane taking, reading and deciding its batch: one at a time, in order. */
   private turn: Promise<void> = Promise.resolve();
+  /** Units whose tree's locks another transaction held, by tree key, waiting for a waiting lane. */
+  private readonly waiting = new Map<string, Pending[]>();
+  /** Open waiting lanes, by the tree each one waits for. */
+  private readonly waitingLanes = new Map<string, Promise<void>>();
 
   constructor(
     db: Db,
@@ -110,7 +135,46 @@ export class DecisionWriter {
 
   /** Resolves when every queued decision has been written (for clean shutdown). */
   async flush(): Promise<void> {
-    while (this.lanes.size > 0) await Promise.all(this.lanes);
+    while (this.lanes.size > 0 || this.waitingLanes.size > 0) await Promise.all([...this.lanes, ...this.waitingLanes.values()]);
+  }
+
+  /** Hands deferred units to a waiting lane for their tree (one per tree, a bounded number at once). */
+  private defer(deferred: Map<string, Pending[]>): void {
+    for (const [key, units] of deferred) this.waiting.set(key, [...(this.waiting.get(key) ?? []), ...units]);
+    this.startWaitingLanes();
+  }
+
+  private startWaitingLanes(): void {
+    for (const key of this.waiting.keys()) {
+      if (this.waitingLanes.size >= (this.options.waitingLanes ?? WAITING_LANES)) return;
+      if (this.waitingLanes.has(key)) continue;
+      const lane = this.waitingLane(key).finally(() => {
+        this.waitingLanes.delete(key);
+        this.startWaitingLanes();
+      });
+      this.waitingLanes.set(key, lane);
+    }
+  }
+
+  /** One tree's deferred units in a batch that waits for the tree's locks. */
+  private async waitingLane(key: string): Promise<void> {
+    const batch = (this.waiting.get(key) ?? []).splice(0, this.maxBatch);
+    if ((this.waiting.get(key)?.length ?? 0) === 0) this.waiting.delete(key);
+    if (batch.length === 0) return;
+    let result: BatchResult | null = null;
+    try {
+      await this.run(async (c) => {
+        const out = await this.decideAll(c, batch, 'wait');
+        result = out.value;
+        return out;
+      });
+    } catch (e) {
+      failAll(batch, e);
+      return;
+    }
+    const done: BatchResult = (result as BatchResult | null) ?? { settled: new Map(), deferred: new Map() };
+    settleAll(batch, done);
+    if (done.deferred.size > 0) this.defer(done.deferred); // never in 'wait' mode; no unit may be dropped
   }
 
   private startLane(): void {
@@ -129,7 +193,7 @@ export class DecisionWriter {
    */
   private async lane(): Promise<void> {
     let batch: Pending[] = [];
-    const settled: Settle[] = [];
+    let result: BatchResult = { settled: new Map(), deferred: new Map() };
     let passTurn!: () => void;
     const myTurn = this.turn;
     this.turn = new Promise((r) => (passTurn = r));
@@ -146,7 +210,9 @@ export class DecisionWriter {
             take();
             if (batch.length === 0) return { value: undefined, writes: [] };
             this.options.onBatch?.(batch.length);
-            return await this.decideAll(c, batch, settled);
+            const out = await this.decideAll(c, batch, 'skip');
+            result = out.value;
+            return { value: undefined, writes: out.writes };
           } finally {
             passTurn();
           }
@@ -162,17 +228,11 @@ export class DecisionWriter {
         take();
         passTurn();
       } else await entered; // the connection may have closed while the body still ran
-      // Before COMMIT was sent nothing can have committed; a failure after it leaves the outcome unknown.
-      const committing = e instanceof BatchFailed && e.committing;
-      const failure = new StoreUnavailable('the database did not commit the decision', committing ? 'unknown' : 'rolled_back', { cause: e });
-      for (const p of batch) p.reject(failure);
+      failAll(batch, e);
       return;
     }
-    batch.forEach((p, i) => {
-      const s = settled[i];
-      if (s?.ok === true) p.resolve(s.value);
-      else p.reject(s?.error ?? new Error('unit not run'));
-    });
+    settleAll(batch, result);
+    if (result.deferred.size > 0) this.defer(result.deferred);
   }
 
   /**
@@ -180,33 +240,54 @@ export class DecisionWriter {
    * decide in memory, and the writes (charges, completed fences, audit rows and heads) go out
    * together, followed by COMMIT.
    */
-  private async decideAll(c: BatchConn, batch: Pending[], settled: Settle[]): Promise<BatchOutcome<void>> {
+  private async decideAll(c: BatchConn, batch: Pending[], mode: LockMode): Promise<BatchOutcome<BatchResult>> {
     const now = this.options.now();
     const dtx = decisionTx(c);
+    const skip = mode === 'skip';
     const chains = [...new Set(batch.flatMap((p) => (p.unit.chainOf === undefined ? [] : [p.unit.chainOf])))];
     const wanted = batch.flatMap(({ unit }) => (unit.newTree === undefined ? [{ tenant_id: unit.tenantId, cap: unit.chainOf ?? null }] : []));
-    const fences = batch.flatMap((p) => (p.unit.fence === null ? [] : [p.unit.fence]));
-    const [heads, , owns] = await Promise.all([
-      c.query(LOCK_HEADS, [JSON.stringify(wanted)]) as Promise<unknown> as Promise<HeadRow[]>,
-      dtx.prefetch(chains),
-      lockFences(c, fences),
+    // The trees are read unlocked (a capability's ancestors never change) beside the locking reads, in
+    // the same round trip: they tell a tree whose locks were skipped from an unknown capability.
+    const [heads, trees, , owns] = await Promise.all([
+      c.query(skip ? LOCK_HEADS_SKIP : LOCK_HEADS, [JSON.stringify(wanted)]) as Promise<unknown> as Promise<HeadRow[]>,
+      skip ? (c.query(TREES, [JSON.stringify(wanted)]) as Promise<unknown> as Promise<TreeRow[]>) : Promise.resolve([]),
+      dtx.prefetch(chains, { skipLocked: skip }),
+      lockFences(
+        c,
+        batch.flatMap((p) => (p.unit.fence === null ? [] : [p.unit.fence])),
+      ),
     ]);
     const chain = new Map(heads.map((h) => [headKey(h.tenant_id, h.tree_id), { seq: Number(h.seq), hash: h.hash, lastId: h.last_id }]));
+    const treeOfCap = new Map(trees.map((t) => [headKey(t.tenant_id, t.cap), t.tree_id]));
+    const settled = new Map<Pending, Settle>();
+    const deferred = new Map<string, Pending[]>();
     /** Each appended row as the JSON record the insert reads; `moved`: the heads that move. */
     const rows: string[] = [];
     const moved = new Map<string, { tenantId: string; treeId: string }>();
     const completed: { fence: Fence; response: StoredResponse }[] = [];
-    for (const { unit } of batch) {
+    for (const p of batch) {
+      const { unit } = p;
+      if (skip && unit.newTree === undefined) {
+        // Another transaction holds this tree's head or a link of its chain: the unit waits in a
+        // lane of its own for that tree, and this batch goes on without it.
+        const tree = unit.chainOf === undefined ? '' : (treeOfCap.get(headKey(unit.tenantId, unit.chainOf)) ?? '');
+        const held = chain.has(headKey(unit.tenantId, tree)) && (tree === '' || dtx.holds(unit.tenantId, unit.chainOf as string));
+        if (!held) {
+          const key = headKey(unit.tenantId, tree);
+          deferred.set(key, [...(deferred.get(key) ?? []), p]);
+          continue;
+        }
+      }
       const treeId = unit.newTree ?? (unit.chainOf === undefined ? '' : dtx.treeOf(unit.tenantId, unit.chainOf));
       const key = headKey(unit.tenantId, treeId);
       const head = unit.newTree === undefined ? chain.get(key) : chain.has(key) ? undefined : { seq: 0, hash: GENESIS_HASH, lastId: null };
       if (head === undefined) {
         // No locked head: an unknown tenant, a tree whose head is missing, or a mint of an existing tree.
-        settled.push({ ok: false, error: new Error('no audit chain head for this decision') });
+        settled.set(p, { ok: false, error: new Error('no audit chain head for this decision') });
         continue;
       }
       if (unit.fence !== null && !owns(unit.fence)) {
-        settled.push({ ok: false, error: new FenceLost('the idempotency key was taken over') });
+        settled.set(p, { ok: false, error: new FenceLost('the idempotency key was taken over') });
         continue;
       }
       const out = await unit.run(dtx, now);
@@ -228,14 +309,30 @@ export class DecisionWriter {
         moved.set(key, { tenantId: unit.tenantId, treeId });
       }
       if (unit.fence !== null && out.response !== undefined) completed.push({ fence: unit.fence, response: out.response });
-      settled.push({ ok: true, value: out.result });
+      settled.set(p, { ok: true, value: out.result });
     }
     const writes = [dtx.flush(), completeFences(c, completed)];
     if (rows.length > 0) {
       const newHeads = [...moved].map(([key, { tenantId, treeId }]) => ({ tenant_id: tenantId, tree_id: treeId, ...(chain.get(key) as object) }));
       writes.push(c.query(APPEND_AUDIT, [`[${rows.join(',')}]`, JSON.stringify(newHeads)]));
     }
-    return { value: undefined, writes };
+    return { value: { settled, deferred }, writes };
+  }
+}
+
+/** A failed batch's units: before COMMIT was sent nothing can have committed; after it, the outcome is unknown. */
+function failAll(batch: readonly Pending[], e: unknown): void {
+  const committing = e instanceof BatchFailed && e.committing;
+  const failure = new StoreUnavailable('the database did not commit the decision', committing ? 'unknown' : 'rolled_back', { cause: e });
+  for (const p of batch) p.reject(failure);
+}
+
+/** A committed batch's units, each as its unit settled (deferred ones are not settled here). */
+function settleAll(batch: readonly Pending[], result: BatchResult): void {
+  for (const p of batch) {
+    const s = result.settled.get(p);
+    if (s?.ok === true) p.resolve(s.value);
+    else if (s !== undefined) p.reject(s.error);
   }
 }
 
@@ -262,6 +359,19 @@ const LOCK_HEADS = `WITH want AS (
 )
 SELECT h.tenant_id, h.tree_id, h.seq::text AS seq, h.hash, h.last_id FROM audit_heads h JOIN want w ON w.tenant_id = h.tenant_id AND w.tree_id = h.tree_id
 ORDER BY h.tenant_id, h.tree_id FOR UPDATE OF h`;
+
+/** The same heads, for the main lane: a head another transaction holds is skipped, not waited for. */
+const LOCK_HEADS_SKIP = `${LOCK_HEADS} SKIP LOCKED`;
+
+interface TreeRow {
+  readonly tenant_id: string;
+  readonly cap: string;
+  readonly tree_id: string;
+}
+
+/** The tree of each capability the batch names (unlocked: a capability's ancestors never change). */
+const TREES = `SELECT u.tenant_id, u.cap, coalesce(c.ancestors[1], c.id) AS tree_id
+FROM jsonb_to_recordset($1::jsonb) AS u(tenant_id text, cap text) JOIN capabilities c ON c.id = u.cap AND c.tenant_id = u.tenant_id`;
 
 /**
  * All audit rows of the batch and the moved heads (new trees' heads inserted), in one statement from

@@ -1,0 +1,103 @@
+/**
+ * No tenant-wide lock (issue 12): a decision locks only its own delegation tree (its chain of
+ * capabilities and that tree's audit head). On PostgreSQL, a transaction opened here holds every
+ * lock of tree A, as another instance's batch would; decisions on tree B of the same tenant, a new
+ * tree and the tenant's own chain still complete, and A's decisions complete once it ends.
+ */
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { BACKENDS } from '../support/db.js';
+import { startHarness, type Harness } from '../support/app.js';
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Settles to 'pending' if `p` has not settled within `ms` (a bound on waiting, not a speed check). */
+async function within<T>(p: Promise<T>, ms: number): Promise<T | 'pending'> {
+  return Promise.race([p, sleep(ms).then(() => 'pending' as const)]);
+}
+
+describe.skipIf(!BACKENDS.includes('postgres'))('tree locks on postgres', () => {
+  let h: Harness;
+  let holder: postgres.Sql;
+
+  const mint = async (t: string): Promise<{ capability_id: string; token: string }> => {
+    const r = await h.call('POST', '/v1/capabilities', {
+      trajectory_id: t,
+      rights: ['read'],
+      objects: [{ kind: 'path', prefix: `/w/${t}` }],
+      predicate: { budget: 100, max_calls: 100, max_depth: 2 },
+      ttl_s: 3600,
+    });
+    expect(r.status).toBe(201);
+    return r.body;
+  };
+  const approve = (token: string, path: string, callId?: string) =>
+    h.call('POST', '/v1/approve', { token, op: 'read', target: { kind: 'path', path }, cost: 1, ...(callId === undefined ? {} : { call_id: callId }) });
+
+  beforeAll(async () => {
+    h = await startHarness('postgres');
+    holder = postgres(h.database.url as string, { max: 1, onnotice: () => {} });
+  });
+  afterAll(async () => {
+    await holder.end({ timeout: 5 });
+    await h.close();
+  });
+
+  test('with every lock of tree A held elsewhere, tree B, a new tree and the tenant chain decide; A decides once they are released', async () => {
+    const a = await mint('a');
+    const child = await h.call('POST', '/v1/attenuate', {
+      parent_token: a.token,
+      rights: ['read'],
+      objects: [{ kind: 'path', prefix: '/w/a/sub' }],
+      predicate: { budget: 10, max_calls: 10, max_depth: 1 },
+    });
+    expect(child.status).toBe(201);
+    const b = await mint('b');
+
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const holding = holder.begin(async (tx) => {
+      await tx`SELECT 1 FROM audit_heads WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${a.capability_id} FOR UPDATE`;
+      await tx`SELECT 1 FROM capabilities WHERE id = ${a.capability_id} OR ${a.capability_id} = ANY(ancestors) FOR UPDATE`;
+      locked();
+      await released;
+    });
+    await isLocked;
+    try {
+      const onA = [
+        approve(a.token, '/w/a/x', 'a-1'),
+        approve(child.body.token, '/w/a/sub/y'),
+        h.call('POST', '/v1/revoke', { capability_id: child.body.capability_id }),
+      ];
+      // Tree B, a new tree and a decision of no tree are not held up by tree A.
+      const others = await within(
+        Promise.all([approve(b.token, '/w/b/x', 'b-1'), approve(b.token, '/w/b/y'), mint('c'), approve('not-a-token', '/w/b/z')]),
+        10_000,
+      );
+      expect(others).not.toBe('pending');
+      const [b1, b2, c, bad] = others as [
+        Awaited<ReturnType<typeof approve>>,
+        Awaited<ReturnType<typeof approve>>,
+        unknown,
+        Awaited<ReturnType<typeof approve>>,
+      ];
+      expect([b1.body.decision, b2.body.decision, bad.body.reason?.code]).toEqual(['grant', 'grant', 'bad_token']);
+      expect(c).toMatchObject({ capability_id: expect.any(String) });
+      // Tree A's decisions are still waiting for its locks.
+      expect(await within(Promise.all(onA), 300)).toBe('pending');
+      release();
+      await holding;
+      const [a1, a2, revoked] = (await within(Promise.all(onA), 10_000)) as Awaited<ReturnType<typeof approve>>[];
+      expect([a1?.body.decision, a2?.body.decision, revoked?.status]).toEqual(['grant', 'grant', 200]);
+    } finally {
+      release();
+      await holding.catch(() => undefined);
+    }
+    // Every decision is on record in its tree's chain, and the chains verify.
+    expect((await h.call('GET', '/v1/audit/verify')).body).toMatchObject({ ok: true });
+    const spent = await h.call('GET', `/v1/capabilities/${a.capability_id}`);
+    expect(spent.body).toMatchObject({ spent: 2, calls: 2 });
+  });
+});
