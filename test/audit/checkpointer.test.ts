@@ -1,0 +1,145 @@
+/**
+ * The checkpointer under load and across crashes (issue 12): checkpoints taken while decisions
+ * commit, by several checkpointers at once, lose and duplicate no row; a crash between rows and
+ * their checkpoint, or between a checkpoint and its export, leaves a log that verifies and is
+ * caught up; and a database whose history no longer matches the export is refused, never extended.
+ */
+import { sql } from 'drizzle-orm';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { AuditIntegrityError, checkpointTenant } from '../../src/audit/checkpointer.js';
+import type { CheckpointLine } from '../../src/audit/checkpoint.js';
+import { publishCheckpoints, type CheckpointSink } from '../../src/audit/publish.js';
+import { Checkpointer } from '../../src/audit/service.js';
+import { openDatabase, type Database } from '../../src/node/db.js';
+import { BACKENDS } from '../support/db.js';
+import { startHarness, type Harness } from '../support/app.js';
+
+type Row = Record<string, unknown>;
+const rowsOf = (res: unknown): Row[] => (Array.isArray(res) ? res : (res as { rows: Row[] }).rows);
+
+/** A sink in memory, one list of lines per tenant. */
+class MemorySink implements CheckpointSink {
+  readonly lines = new Map<string, CheckpointLine[]>();
+  async last(tenantId: string): Promise<CheckpointLine | null> {
+    return this.lines.get(tenantId)?.at(-1) ?? null;
+  }
+  async append(tenantId: string, lines: readonly CheckpointLine[]): Promise<void> {
+    this.lines.set(tenantId, [...(this.lines.get(tenantId) ?? []), ...lines]);
+  }
+}
+
+describe.each(BACKENDS)('the checkpointer on %s', (backend) => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness(backend);
+  });
+  afterAll(async () => h.close());
+
+  const exec = async (q: ReturnType<typeof sql>): Promise<Row[]> => rowsOf(await h.database.db.execute(q));
+  const mint = async (t: string): Promise<string> => {
+    const r = await h.call('POST', '/v1/capabilities', {
+      trajectory_id: t,
+      rights: ['read'],
+      objects: [{ kind: 'path', prefix: `/w/${t}` }],
+      predicate: { budget: 1000, max_calls: 10_000 },
+      ttl_s: 3600,
+    });
+    expect(r.status).toBe(201);
+    return r.body.token as string;
+  };
+  const approve = (token: string, i: number) => h.call('POST', '/v1/approve', { token, op: 'read', target: { kind: 'path', path: `/w/x/${i}` }, cost: 0.01 });
+
+  /** Every row of tenant a has exactly one leaf, leaves 0..n-1 once each. */
+  async function expectEveryRowOneLeaf(): Promise<void> {
+    const [counts] = await exec(sql`SELECT
+        (SELECT count(*)::int FROM audit WHERE tenant_id = ${h.tenantIds.a}) AS rows,
+        (SELECT coalesce(sum(to_seq - from_seq + 1), 0)::int FROM audit_ranges WHERE tenant_id = ${h.tenantIds.a}) AS leaves,
+        (SELECT max(size)::int FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a}) AS size`);
+    expect(counts?.leaves).toBe(counts?.rows);
+    expect(counts?.size).toBe(counts?.rows);
+    const uncovered = await exec(sql`SELECT a.id FROM audit a WHERE a.tenant_id = ${h.tenantIds.a} AND NOT EXISTS (
+        SELECT 1 FROM audit_ranges r WHERE r.tenant_id = a.tenant_id AND r.tree_id = a.tree_id AND a.seq BETWEEN r.from_seq AND r.to_seq)`);
+    expect(uncovered).toEqual([]);
+  }
+
+  test('checkpoints taken while decisions commit lose and duplicate nothing', async () => {
+    const tokens = await Promise.all(Array.from({ length: 6 }, (_, i) => mint(`load-${i}`)));
+    // Other checkpointers race this one: on PostgreSQL on pools of their own (as other instances).
+    const others: Database[] =
+      backend === 'postgres' ? await Promise.all([0, 1].map(() => openDatabase({ databaseUrl: h.database.url as string, poolSize: 2 }))) : [];
+    const checkpointers = [h.database.db, ...others.map((d) => d.db)].map(
+      (db) => () => checkpointTenant({ db, keys: h.auditKeys, now: h.clock.now }, h.tenantIds.a),
+    );
+    let deciding = true;
+    const made: number[] = [];
+    const loops = checkpointers.map(async (cp) => {
+      while (deciding) {
+        const c = await cp();
+        if (c !== null) made.push(c.payload.n);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    });
+    try {
+      for (let round = 0; round < 10; round++) {
+        const replies = await Promise.all(tokens.flatMap((t, i) => [approve(t, round * 10 + i), approve(t, round * 10 + i + 5)]));
+        expect(replies.every((r) => r.status === 200)).toBe(true);
+      }
+    } finally {
+      deciding = false;
+      await Promise.all(loops);
+      await Promise.all(others.map((d) => d.close()));
+    }
+    await h.checkpoint();
+    // Checkpoint numbers are 1, 2, 3, … with none made twice, whichever checkpointer made them.
+    expect(new Set(made).size).toBe(made.length);
+    await expectEveryRowOneLeaf();
+    expect((await h.call('GET', '/v1/audit/verify')).body).toMatchObject({ ok: true, uncovered: 0 });
+  });
+
+  test('a crash between rows and their checkpoint, or between a checkpoint and its export, leaves a log that verifies and is caught up', async () => {
+    const token = await mint('crash');
+    await approve(token, 1);
+    // Rows committed, no checkpoint yet (the process died before its round): the log verifies, uncovered.
+    expect((await h.call('GET', '/v1/audit/verify')).body).toMatchObject({ ok: true, uncovered: 2 });
+    // A checkpoint committed but never exported (died before the append): the next round exports it first.
+    const sink = new MemorySink();
+    const exported = await publishCheckpoints(h.database.db, sink, h.auditKeys.verifyKeys, h.tenantIds.a);
+    expect(exported).toBeGreaterThan(0);
+    const before = sink.lines.get(h.tenantIds.a)?.length ?? 0;
+    const made = await h.checkpoint();
+    expect(made).not.toBeNull();
+    const rounds = new Checkpointer({ db: h.database.db, keys: h.auditKeys, now: h.clock.now, sink, tenants: async () => [h.tenantIds.a], log: () => {} });
+    await approve(token, 2);
+    await rounds.round();
+    const lines = sink.lines.get(h.tenantIds.a) ?? [];
+    expect(lines.map((l) => l.n)).toEqual(Array.from({ length: lines.length }, (_, i) => i + 1));
+    expect(lines.length).toBe(before + 2); // the one missed, then the new round's
+    await expectEveryRowOneLeaf();
+  });
+
+  test('a database whose checkpoints no longer match the export is refused and never extended', async () => {
+    const token = await mint('rollback');
+    await approve(token, 1);
+    const sink = new MemorySink();
+    const logs: Row[] = [];
+    const rounds = new Checkpointer({
+      db: h.database.db,
+      keys: h.auditKeys,
+      now: h.clock.now,
+      sink,
+      tenants: async () => [h.tenantIds.a],
+      log: (e) => logs.push(e),
+    });
+    await rounds.round();
+    const last = (sink.lines.get(h.tenantIds.a) ?? []).at(-1) as CheckpointLine;
+    // Someone with the database rolls its last checkpoint back.
+    await exec(sql`DELETE FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a} AND n = ${last.n}`);
+    await expect(publishCheckpoints(h.database.db, sink, h.auditKeys.verifyKeys, h.tenantIds.a)).rejects.toBeInstanceOf(AuditIntegrityError);
+    await approve(token, 2);
+    await rounds.round();
+    expect(logs.some((e) => e.level === 'error' && String(e.msg).includes('AUDIT INTEGRITY'))).toBe(true);
+    expect((sink.lines.get(h.tenantIds.a) ?? []).at(-1)).toEqual(last);
+    const [max] = await exec(sql`SELECT max(n)::int AS n FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a}`);
+    expect(max?.n).toBe(last.n - 1);
+  });
+});
