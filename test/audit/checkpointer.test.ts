@@ -66,7 +66,7 @@ describe.each(BACKENDS)('the checkpointer on %s', (backend) => {
     const tokens = await Promise.all(Array.from({ length: 6 }, (_, i) => mint(`load-${i}`)));
     // Other checkpointers race this one: on PostgreSQL on pools of their own (as other instances).
     const others: Database[] =
-      backend === 'postgres' ? await Promise.all([0, 1].map(() => openDatabase({ databaseUrl: h.database.url as string, poolSize: 2 }))) : [];
+      backend === 'postgres' ? await Promise.all([0, 1].map(() => openDatabase({ databaseUrl: h.database.url, poolSize: 2 }))) : [];
     const checkpointers = [h.database.db, ...others.map((d) => d.db)].map(
       (db) => () => checkpointTenant({ db, keys: h.auditKeys, now: h.clock.now }, h.tenantIds.a),
     );
