@@ -28,6 +28,13 @@ export interface Env {
   readonly HYPERDRIVE?: HyperdriveBinding;
   readonly DATABASE_URL?: string;
   readonly WARRANT_SIGNING_KEYS?: string;
+  /**
+   * The audit checkpoint key ring (a JWK set, as `npm run keys -- rotate --audit` writes it): served at
+   * /.well-known/warrant-audit-keys.json and used by GET /v1/audit/verify. Workers make no
+   * checkpoints themselves (no timer, no sink): run `npm run audit -- checkpoint` on a schedule, or a
+   * Node instance, against the same database (README "Audit checkpoints").
+   */
+  readonly WARRANT_AUDIT_KEYS?: string;
 }
 
 /** One JSON object per line; Workers Logs keeps console output. Callers never pass tokens or keys. */
@@ -41,14 +48,16 @@ function notServing(request: Request): Response {
   return Response.json(unavailable().toBody(), { status: 503, headers: { 'Cache-Control': 'no-store' } });
 }
 
-// The ring depends only on the secret, so it is parsed and imported once per isolate. The resolved
+// A ring depends only on its secret, so it is parsed and imported once per isolate. The resolved
 // ring is cached, not a promise: a promise settled under one request must not be awaited by another.
-let ringCache: { readonly source: string; readonly ring: KeyRing } | undefined;
+const ringCache = new Map<string, KeyRing>();
 
 async function keyRing(source: string): Promise<KeyRing> {
-  if (ringCache?.source === source) return ringCache.ring;
+  const cached = ringCache.get(source);
+  if (cached !== undefined) return cached;
   const ring = await loadKeyRing(JSON.parse(source) as { keys?: unknown });
-  ringCache = { source, ring };
+  if (ringCache.size >= 2) ringCache.clear(); // the signing and the audit ring; a rotated secret replaces them
+  ringCache.set(source, ring);
   return ring;
 }
 
@@ -66,12 +75,15 @@ export async function handle(request: Request, env: Env): Promise<Response> {
     return notServing(request);
   }
   let keys: KeyRing;
+  let auditKeys: KeyRing | undefined;
+  const auditSecret = env.WARRANT_AUDIT_KEYS?.trim();
   try {
     keys = await keyRing(secret);
+    auditKeys = auditSecret === undefined || auditSecret === '' ? undefined : await keyRing(auditSecret);
   } catch (e) {
     // A KeyRingError says what is wrong with the set; a JSON SyntaxError's message may quote the secret.
     const error = e instanceof KeyRingError ? e.message : e instanceof Error ? e.name : 'unknown';
-    log({ level: 'error', msg: 'WARRANT_SIGNING_KEYS is not a usable JWK set', error });
+    log({ level: 'error', msg: 'WARRANT_SIGNING_KEYS or WARRANT_AUDIT_KEYS is not a usable JWK set', error });
     return notServing(request);
   }
   // Workers cannot share a socket between requests, so each request gets its own small client;
@@ -93,7 +105,7 @@ export async function handle(request: Request, env: Env): Promise<Response> {
   const db: Db = drizzle(client);
   const now = (): Date => new Date();
   const writer = new DecisionWriter(db, { now });
-  const app = createApp({ store: new Store(db), writer, keys, now, log });
+  const app = createApp({ store: new Store(db), writer, keys, ...(auditKeys === undefined ? {} : { auditKeys }), now, log });
   const response = await app.fetch(request);
   // `submit` resolves only after its batch committed, so this is already done; it makes sure no
   // write is still running when the invocation ends. No `client.end()`, as in Cloudflare's example:
