@@ -342,9 +342,11 @@ describe.each(BACKENDS)('revoke and reads on %s', (backend) => {
 
   // ---- GET /v1/audit/verify -------------------------------------------------------------------
 
+  // The log is chained per delegation tree (tree_id = its root's id) plus the tenant's own chain ('')
+  // for decisions of no known tree; the report counts every row walked, in (tree_id, seq) order.
   describe('GET /v1/audit/verify', () => {
-    /** A fresh tenant with 5 audit rows (mint, 3 approves, revoke); returns its key and the rows. */
-    async function chainOfFive(name: string): Promise<{ key: string; tenantId: string; rows: Body[] }> {
+    /** A fresh tenant with 5 audit rows of one tree (mint, 3 approves, revoke); returns its key and the rows. */
+    async function chainOfFive(name: string): Promise<{ key: string; tenantId: string; root: Issued; rows: Body[] }> {
       const created = await createTenant(h.store, `${name}-${backend}`, h.clock.now());
       const key = created.apiKey;
       const root = await mintRoot({}, key);
@@ -352,7 +354,9 @@ describe.each(BACKENDS)('revoke and reads on %s', (backend) => {
       await revoke(root.capability_id, key);
       const rows = (await call('GET', '/v1/audit', undefined, key)).body.entries as Body[];
       expect(rows).toHaveLength(5);
-      return { key, tenantId: created.tenant.id, rows };
+      // One tree, so the listing order is the walk order and a row's index + 1 is its entry count.
+      expect(rows.map((r) => [r.tree_id, r.seq])).toEqual([1, 2, 3, 4, 5].map((n) => [root.capability_id, n]));
+      return { key, tenantId: created.tenant.id, root, rows };
     }
 
     const verify = async (key: string): Promise<Body> => {
@@ -361,15 +365,33 @@ describe.each(BACKENDS)('revoke and reads on %s', (backend) => {
       return r.body as Body;
     };
 
-    test('an untouched chain: ok, the count and the head hash', async () => {
+    test('an untouched chain: ok, the count and the number of chains', async () => {
       const { key, rows } = await chainOfFive('verify-ok');
-      expect(await verify(key)).toEqual({ ok: true, entries: 5, head: rows[4]?.hash });
+      expect(await verify(key)).toMatchObject({ ok: true, entries: 5, trees: 1 });
       for (let i = 1; i < rows.length; i++) expect(rows[i]?.prev_hash).toBe(rows[i - 1]?.hash);
+    });
+
+    test("several trees and the tenant's own chain: each chained from genesis, all counted", async () => {
+      const key = (await createTenant(h.store, `verify-trees-${backend}`, h.clock.now())).apiKey;
+      const [x, y] = [await mintRoot({}, key), await mintRoot({}, key)];
+      for (const c of [x, y, x]) expect((await approve(c, 0.1, key)).body.decision).toBe('grant');
+      expect((await approve({ ...x, token: 'not-a-token' }, 0, key)).body.decision).toBe('deny');
+      const rows = (await call('GET', '/v1/audit', undefined, key)).body.entries as Body[];
+      expect(rows.map((r) => [r.tree_id, r.seq])).toEqual([
+        [x.capability_id, 1],
+        [y.capability_id, 1],
+        [x.capability_id, 2],
+        [y.capability_id, 2],
+        [x.capability_id, 3],
+        ['', 1],
+      ]);
+      for (const r of rows) if (r.seq === 1) expect(r.prev_hash).toBe('0'.repeat(64));
+      expect(await verify(key)).toMatchObject({ ok: true, entries: 6, trees: 3 });
     });
 
     test('a tenant with no decisions yet verifies', async () => {
       const key = (await createTenant(h.store, `verify-empty-${backend}`, h.clock.now())).apiKey;
-      expect(await verify(key)).toMatchObject({ ok: true, entries: 0 });
+      expect(await verify(key)).toMatchObject({ ok: true, entries: 0, trees: 0 });
     });
 
     test.each([
@@ -380,7 +402,7 @@ describe.each(BACKENDS)('revoke and reads on %s', (backend) => {
       const { key, rows } = await chainOfFive(`tamper-${name.replace(/ /g, '-')}`);
       const victim = rows[index]?.id as string;
       await h.database.db.execute(tamper(victim));
-      expect(await verify(key)).toMatchObject({ ok: false, first_bad_id: victim });
+      expect(await verify(key)).toMatchObject({ ok: false, first_bad_id: victim, entries: index + 1 });
       // Other tenants' chains are untouched.
       expect(await verify(h.tenants.a)).toMatchObject({ ok: true });
     });
@@ -388,22 +410,35 @@ describe.each(BACKENDS)('revoke and reads on %s', (backend) => {
     test('a deleted row: the row after it is reported', async () => {
       const { key, tenantId, rows } = await chainOfFive('tamper-delete');
       await h.database.db.execute(sql`DELETE FROM audit WHERE tenant_id = ${tenantId} AND id = ${rows[2]?.id as string}`);
-      expect(await verify(key)).toMatchObject({ ok: false, first_bad_id: rows[3]?.id });
+      expect(await verify(key)).toMatchObject({ ok: false, first_bad_id: rows[3]?.id, entries: 3 });
     });
 
     test('the last row deleted: it is reported, from the chain head', async () => {
       const { key, tenantId, rows } = await chainOfFive('tamper-delete-last');
       await h.database.db.execute(sql`DELETE FROM audit WHERE tenant_id = ${tenantId} AND id = ${rows[4]?.id as string}`);
-      expect(await verify(key)).toMatchObject({ ok: false, first_bad_id: rows[4]?.id });
+      expect(await verify(key)).toMatchObject({ ok: false, first_bad_id: rows[4]?.id, entries: 4 });
     });
 
     test('two rows swapped: the first out of place is reported', async () => {
       const { key, tenantId, rows } = await chainOfFive('tamper-swap');
-      const [x, y] = [rows[1]?.id as string, rows[2]?.id as string];
-      await h.database.db.execute(sql`UPDATE audit SET seq = -1 WHERE tenant_id = ${tenantId} AND id = ${x}`);
-      await h.database.db.execute(sql`UPDATE audit SET seq = 2 WHERE tenant_id = ${tenantId} AND id = ${y}`);
-      await h.database.db.execute(sql`UPDATE audit SET seq = 3 WHERE tenant_id = ${tenantId} AND id = ${x}`);
-      expect(await verify(key)).toMatchObject({ ok: false, first_bad_id: y });
+      const [x, y] = [rows[1] as Body, rows[2] as Body];
+      // Through a free seq: the primary key (tenant_id, tree_id, seq) is checked row by row.
+      await h.database.db.execute(sql`UPDATE audit SET seq = -1 WHERE tenant_id = ${tenantId} AND id = ${x.id as string}`);
+      await h.database.db.execute(sql`UPDATE audit SET seq = ${x.seq as number} WHERE tenant_id = ${tenantId} AND id = ${y.id as string}`);
+      await h.database.db.execute(sql`UPDATE audit SET seq = ${y.seq as number} WHERE tenant_id = ${tenantId} AND id = ${x.id as string}`);
+      expect(await verify(key)).toMatchObject({ ok: false, first_bad_id: y.id, entries: 2 });
+    });
+
+    test("a row moved into the tenant's own chain: reported where it landed, as that chain is walked first", async () => {
+      const { key, tenantId, rows } = await chainOfFive('tamper-move');
+      await h.database.db.execute(sql`UPDATE audit SET tree_id = '', seq = seq + 1000 WHERE tenant_id = ${tenantId} AND id = ${rows[2]?.id as string}`);
+      expect(await verify(key)).toMatchObject({ ok: false, first_bad_id: rows[2]?.id, entries: 1 });
+    });
+
+    test("a tree's head edited: reported at the tree's last row", async () => {
+      const { key, tenantId, root, rows } = await chainOfFive('tamper-head');
+      await h.database.db.execute(sql`UPDATE audit_heads SET hash = ${'e'.repeat(64)} WHERE tenant_id = ${tenantId} AND tree_id = ${root.capability_id}`);
+      expect(await verify(key)).toMatchObject({ ok: false, first_bad_id: rows[4]?.id, entries: 5 });
     });
   });
 });
