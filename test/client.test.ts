@@ -6,7 +6,7 @@
 import type { AddressInfo } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { WarrantClient, WarrantError, verifyOffline } from '../src/client/index.js';
+import { WarrantClient, WarrantError, verifyOffline, verifyReceipt } from '../src/client/index.js';
 import { startHarness, type Harness } from './support/app.js';
 
 describe('WarrantClient over HTTP', () => {
@@ -82,5 +82,17 @@ describe('WarrantClient over HTTP', () => {
     expect(await verifyOffline(cap.token, { keys: [] }, h.clock.now())).toEqual({ ok: false, code: 'bad_token' });
     expect(await verifyOffline(cap.token, jwks, new Date(h.clock.ms + 601_000))).toEqual({ ok: false, code: 'expired' });
     expect(await verifyOffline(cap.token, jwks, new Date(h.clock.ms - 1_000))).toEqual({ ok: false, code: 'not_yet_valid' });
+  });
+
+  test('a receipt: not_yet_covered before a checkpoint, then verified offline against the published audit keys', async () => {
+    const root = await client.mint({ ...rootBody, trajectory_id: 'c-receipt', rights: ['read'] });
+    const d = await client.approve({ token: root.token, op: 'read', target: { kind: 'path', path: '/workspace/c-1/r' }, cost: 0 });
+    await expect(client.receipt(d.audit_id)).rejects.toMatchObject({ status: 409, code: 'not_yet_covered' });
+    expect(await h.checkpoint()).not.toBeNull();
+    const receipt = await client.receipt(d.audit_id);
+    expect(await verifyReceipt(receipt, new URL(`${base}/.well-known/warrant-audit-keys.json`))).toMatchObject({ ok: true, row: { id: d.audit_id } });
+    // Another authority's keys do not vouch for it.
+    const stranger = { keys: [{ ...h.keys.jwks.keys[0] }] };
+    expect(await verifyReceipt(receipt, stranger as never)).toMatchObject({ ok: false, code: 'bad_checkpoint' });
   });
 });

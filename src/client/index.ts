@@ -9,6 +9,8 @@ import { compactVerify, createLocalJWKSet, createRemoteJWKSet, type JSONWebKeySe
 import type { z } from 'zod';
 import type { ApproveBody, AttenuateBody, MintBody, RevokeBody } from '../core/schemas.js';
 import type { ArgBound, Right, RawObject, RawPredicate, RawTarget } from '../core/types.js';
+import { importAuditKeys } from '../audit/checkpoint.js';
+import { verifyReceipt as verifyWithKeys, type Receipt, type ReceiptCheck } from '../audit/receipt.js';
 
 export type MintRequest = z.input<typeof MintBody>;
 export type AttenuateRequest = z.input<typeof AttenuateBody>;
@@ -72,7 +74,17 @@ export interface AuditQuery {
 }
 
 export type AuditVerification =
-  { readonly ok: true; readonly entries: number; readonly head: string } | { readonly ok: false; readonly first_bad_id: string; readonly entries: number };
+  | {
+      readonly ok: true;
+      readonly entries: number;
+      readonly trees: number;
+      readonly checkpoint: { readonly n: number; readonly size: number; readonly root: string; readonly at: string } | null;
+      readonly covered: number;
+      readonly uncovered: number;
+    }
+  | { readonly ok: false; readonly entries: number; readonly first_bad_id?: string; readonly first_bad_checkpoint?: number; readonly reason: string };
+
+export type { Receipt, ReceiptCheck };
 
 /** An error answer of the authority (API.md "Errors"), or `network` when none came. */
 export class WarrantError extends Error {
@@ -137,6 +149,11 @@ export class WarrantClient {
 
   verifyAudit(): Promise<AuditVerification> {
     return this.send('GET', '/v1/audit/verify');
+  }
+
+  /** A receipt for an audit entry (a `WarrantError` with code `not_yet_covered` until a checkpoint covers it). */
+  receipt(auditId: string): Promise<Receipt> {
+    return this.send('GET', `/v1/audit/${encodeURIComponent(auditId)}/receipt`);
   }
 
   private async send<T>(method: 'GET' | 'POST', path: string, body?: unknown, idempotencyKey?: string): Promise<T> {
@@ -212,4 +229,14 @@ export async function verifyOffline(token: string, jwks: URL | JSONWebKeySet, no
       expires_at: c.exp,
     },
   };
+}
+
+/**
+ * Verifies a receipt offline against the authority's audit keys (a JWK set, or the URL of
+ * `/.well-known/warrant-audit-keys.json`, fetched once per call): the row hashes to its hash, the
+ * checkpoint is signed by an audit key, and the inclusion proof leads from the row to its root.
+ */
+export async function verifyReceipt(receipt: unknown, auditKeys: URL | JSONWebKeySet): Promise<ReceiptCheck> {
+  const set = auditKeys instanceof URL ? ((await (await fetch(auditKeys)).json()) as unknown) : auditKeys;
+  return verifyWithKeys(receipt, await importAuditKeys(set));
 }
