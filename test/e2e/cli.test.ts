@@ -65,6 +65,19 @@ describe('command-line tools with the server on embedded PGlite', () => {
     expect(list.stdout.trimEnd().split('\n')).toEqual([firstKid, `${newKid}\tactive`]);
   });
 
+  test('`keys rotate --audit` rotates the audit ring alone: the token ring is untouched', async () => {
+    const auditFile = join(dirs.keysDir, 'audit-keys.json');
+    const before = JSON.parse(readFileSync(auditFile, 'utf8')) as { keys: { kid: string }[] };
+    const tokenRing = readFileSync(ringFile, 'utf8');
+    const r = await runCli('keys-cli.ts', ['rotate', '--audit'], env);
+    expect(r.code).toBe(0);
+    const after = JSON.parse(readFileSync(auditFile, 'utf8')) as { keys: { kid: string }[] };
+    expect(after.keys.map((k) => k.kid)).toEqual([...before.keys.map((k) => k.kid), expect.any(String)]);
+    expect(readFileSync(ringFile, 'utf8')).toBe(tokenRing);
+    const list = await runCli('keys-cli.ts', ['list', '--audit'], env);
+    expect(list.stdout.trimEnd().split('\n')).toEqual([before.keys[0]!.kid, `${after.keys[1]!.kid}\tactive`]);
+  });
+
   test('`tenant create` prints the API key alone on the last line, once', async () => {
     const r = await runCli('tenant-cli.ts', ['create', 'acme'], env);
     expect(r.code).toBe(0);
@@ -85,6 +98,9 @@ describe('command-line tools with the server on embedded PGlite', () => {
     const server = await startServer(dirs);
     const kids = (await server.call('GET', '/.well-known/jwks.json', undefined, { key: null })).body.keys.map((k: { kid: string }) => k.kid);
     expect(kids).toHaveLength(2);
+    const auditKids = (await server.call('GET', '/.well-known/warrant-audit-keys.json', undefined, { key: null })).body.keys.map((k: { kid: string }) => k.kid);
+    expect(auditKids).toHaveLength(2);
+    expect(auditKids.some((k: string) => kids.includes(k))).toBe(false);
     expect(kids[0]).toBe(firstKid);
     expect((await server.call('POST', '/v1/approve', read(oldToken))).body.decision).toBe('grant');
     const m = await server.call('POST', '/v1/capabilities', mint);
