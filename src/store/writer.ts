@@ -59,6 +59,8 @@ interface Pending {
   readonly unit: DecisionUnit<unknown>;
   readonly resolve: (v: unknown) => void;
   readonly reject: (e: unknown) => void;
+  /** When the main lane first found this unit's tree locked by another transaction (ms). */
+  deferredAt?: number;
 }
 
 type Settle = { ok: true; value: unknown } | { ok: false; error: unknown };
@@ -102,6 +104,9 @@ const LANES = 1;
  */
 const WAITING_LANES = 4;
 
+/** How long a unit whose tree is locked elsewhere is retried in the main lane before it waits in a lane of its own. */
+const RETRY_MS = 20;
+
 export class DecisionWriter {
   private queue: Pending[] = [];
   private readonly maxBatch: number;
@@ -116,6 +121,8 @@ export class DecisionWriter {
   private readonly waiting = new Map<string, Pending[]>();
   /** Open waiting lanes, by the tree each one waits for. */
   private readonly waitingLanes = new Map<string, Promise<void>>();
+  /** Deferred units on their way back to the queue. */
+  private retrying = 0;
 
   constructor(
     db: Db,
@@ -135,12 +142,35 @@ export class DecisionWriter {
 
   /** Resolves when every queued decision has been written (for clean shutdown). */
   async flush(): Promise<void> {
-    while (this.lanes.size > 0 || this.waitingLanes.size > 0) await Promise.all([...this.lanes, ...this.waitingLanes.values()]);
+    while (this.lanes.size > 0 || this.waitingLanes.size > 0 || this.retrying > 0) {
+      await Promise.all([...this.lanes, ...this.waitingLanes.values(), new Promise((r) => setTimeout(r, 1))]);
+    }
   }
 
   /** Hands deferred units to a waiting lane for their tree (one per tree, a bounded number at once). */
+  /**
+   * Units whose tree another transaction held. Most such locks are another instance's batch, gone in
+   * a millisecond or two: the unit goes back to the main lane (after a timer turn, so a lane does not
+   * spin on it). Only a unit still deferred after RETRY_MS goes to a waiting lane, which costs a
+   * transaction, and a commit, of its own.
+   */
   private defer(deferred: Map<string, Pending[]>): void {
-    for (const [key, units] of deferred) this.waiting.set(key, [...(this.waiting.get(key) ?? []), ...units]);
+    const now = Date.now();
+    const retry: Pending[] = [];
+    for (const [key, units] of deferred) {
+      for (const p of units) p.deferredAt ??= now;
+      const waited = units.filter((p) => now - (p.deferredAt as number) >= RETRY_MS);
+      if (waited.length > 0) this.waiting.set(key, [...(this.waiting.get(key) ?? []), ...waited]);
+      retry.push(...units.filter((p) => now - (p.deferredAt as number) < RETRY_MS));
+    }
+    if (retry.length > 0) {
+      this.retrying += retry.length;
+      setTimeout(() => {
+        this.retrying -= retry.length;
+        this.queue.unshift(...retry);
+        this.startLane();
+      }, 1);
+    }
     this.startWaitingLanes();
   }
 
