@@ -50,6 +50,7 @@ export class Metrics {
   private readonly decisions = new Map<string, number>();
   private readonly latency = new Map<string, Histogram>();
   private readonly batches = new Histogram(BATCH_BUCKETS);
+  private readonly deferred = { retried: 0, waited: 0 };
 
   /** One decision: event (mint, attenuate, approve, revoke), grant or deny, and its code. */
   decision(event: string, decision: 'grant' | 'deny', code: string | null): void {
@@ -70,6 +71,12 @@ export class Metrics {
     this.batches.observe(size);
   }
 
+  /** Decisions whose tree another transaction held: retried in the main lane, or sent to a waiting lane. */
+  treeLocked(retried: number, waited: number): void {
+    this.deferred.retried += retried;
+    this.deferred.waited += waited;
+  }
+
   /** The exposition text. */
   async render(): Promise<string> {
     const pool = await this.poolUse?.().catch(() => undefined);
@@ -84,6 +91,10 @@ export class Metrics {
       '# HELP warrant_audit_batch_size Decisions per audit batch (group commit: one transaction, one commit).',
       '# TYPE warrant_audit_batch_size histogram',
       ...this.batches.lines('warrant_audit_batch_size', ''),
+      "# HELP warrant_tree_lock_deferrals_total Decisions whose delegation tree another transaction held (another instance's batch): retried, or then waited for in a lane of their own.",
+      '# TYPE warrant_tree_lock_deferrals_total counter',
+      `warrant_tree_lock_deferrals_total{then="retried"} ${this.deferred.retried}`,
+      `warrant_tree_lock_deferrals_total{then="waited"} ${this.deferred.waited}`,
       ...(pool === undefined
         ? []
         : [

@@ -40,7 +40,11 @@ async function main(): Promise<void> {
     const { user, system } = process.cpuUsage();
     return (user + system) / 1e6;
   };
-  const writer = new DecisionWriter(database.db, { now, onBatch: (size) => metrics.batch(size) });
+  const writer = new DecisionWriter(database.db, {
+    now,
+    onBatch: (size) => metrics.batch(size),
+    onDefer: (retried, waited) => metrics.treeLocked(retried, waited),
+  });
   const app = createApp({ store, writer, keys, auditKeys, checkpointIntervalS: config.checkpointIntervalS, now, log, metrics });
   const checkpointer = new Checkpointer({
     db: database.db,

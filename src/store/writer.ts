@@ -87,6 +87,8 @@ export interface WriterOptions {
   readonly lanes?: number;
   /** Waiting lanes (one tree each) open at once, for trees whose locks another transaction holds. */
   readonly waitingLanes?: number;
+  /** Units deferred because another transaction held their tree: how many were retried, how many sent to wait. */
+  readonly onDefer?: (retried: number, waited: number) => void;
 }
 
 /**
@@ -163,6 +165,7 @@ export class DecisionWriter {
       if (waited.length > 0) this.waiting.set(key, [...(this.waiting.get(key) ?? []), ...waited]);
       retry.push(...units.filter((p) => now - (p.deferredAt as number) < RETRY_MS));
     }
+    this.options.onDefer?.(retry.length, [...deferred.values()].reduce((n, units) => n + units.length, 0) - retry.length);
     if (retry.length > 0) {
       this.retrying += retry.length;
       setTimeout(() => {

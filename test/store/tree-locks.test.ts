@@ -6,6 +6,10 @@
  */
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { createApp } from '../../src/http/app.js';
+import { Metrics } from '../../src/http/metrics.js';
+import { Store } from '../../src/store/store.js';
+import { DecisionWriter } from '../../src/store/writer.js';
 import { BACKENDS } from '../support/db.js';
 import { startHarness, type Harness } from '../support/app.js';
 
@@ -19,9 +23,19 @@ async function within<T>(p: Promise<T>, ms: number): Promise<T | 'pending'> {
 describe.skipIf(!BACKENDS.includes('postgres'))('tree locks on postgres', () => {
   let h: Harness;
   let holder: postgres.Sql;
+  /** An instance of its own, whose writer reports deferrals to its metrics. */
+  let app: ReturnType<typeof createApp>;
+  const metrics = new Metrics();
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const call = async (method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> => {
+    const headers: Record<string, string> = { authorization: `Bearer ${h.tenants.a}` };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    const res = await app.request(path, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+    return { status: res.status, body: await res.json() };
+  };
 
   const mint = async (t: string): Promise<{ capability_id: string; token: string }> => {
-    const r = await h.call('POST', '/v1/capabilities', {
+    const r = await call('POST', '/v1/capabilities', {
       trajectory_id: t,
       rights: ['read'],
       objects: [{ kind: 'path', prefix: `/w/${t}` }],
@@ -32,10 +46,12 @@ describe.skipIf(!BACKENDS.includes('postgres'))('tree locks on postgres', () => 
     return r.body;
   };
   const approve = (token: string, path: string, callId?: string) =>
-    h.call('POST', '/v1/approve', { token, op: 'read', target: { kind: 'path', path }, cost: 1, ...(callId === undefined ? {} : { call_id: callId }) });
+    call('POST', '/v1/approve', { token, op: 'read', target: { kind: 'path', path }, cost: 1, ...(callId === undefined ? {} : { call_id: callId }) });
 
   beforeAll(async () => {
     h = await startHarness('postgres');
+    const writer = new DecisionWriter(h.database.db, { now: h.clock.now, onDefer: (retried, waited) => metrics.treeLocked(retried, waited) });
+    app = createApp({ store: new Store(h.database.db), writer, keys: h.keys, now: h.clock.now, metrics });
     holder = postgres(h.database.url as string, { max: 1, onnotice: () => {} });
   });
   afterAll(async () => {
@@ -45,7 +61,7 @@ describe.skipIf(!BACKENDS.includes('postgres'))('tree locks on postgres', () => 
 
   test('with every lock of tree A held elsewhere, tree B, a new tree and the tenant chain decide; A decides once they are released', async () => {
     const a = await mint('a');
-    const child = await h.call('POST', '/v1/attenuate', {
+    const child = await call('POST', '/v1/attenuate', {
       parent_token: a.token,
       rights: ['read'],
       objects: [{ kind: 'path', prefix: '/w/a/sub' }],
@@ -69,7 +85,7 @@ describe.skipIf(!BACKENDS.includes('postgres'))('tree locks on postgres', () => 
       const onA = [
         approve(a.token, '/w/a/x', 'a-1'),
         approve(child.body.token, '/w/a/sub/y'),
-        h.call('POST', '/v1/revoke', { capability_id: child.body.capability_id }),
+        call('POST', '/v1/revoke', { capability_id: child.body.capability_id }),
       ];
       // Tree B, a new tree and a decision of no tree are not held up by tree A.
       const others = await within(
@@ -95,9 +111,13 @@ describe.skipIf(!BACKENDS.includes('postgres'))('tree locks on postgres', () => 
       release();
       await holding.catch(() => undefined);
     }
+    // A's decisions were retried in the main lane, then waited for in a lane of their own.
+    const text = await metrics.render();
+    expect(Number(/warrant_tree_lock_deferrals_total\{then="retried"\} (\d+)/.exec(text)?.[1])).toBeGreaterThan(0);
+    expect(Number(/warrant_tree_lock_deferrals_total\{then="waited"\} (\d+)/.exec(text)?.[1])).toBeGreaterThan(0);
     // Every decision is on record in its tree's chain, and the chains verify.
-    expect((await h.call('GET', '/v1/audit/verify')).body).toMatchObject({ ok: true });
-    const spent = await h.call('GET', `/v1/capabilities/${a.capability_id}`);
+    expect((await call('GET', '/v1/audit/verify')).body).toMatchObject({ ok: true });
+    const spent = await call('GET', `/v1/capabilities/${a.capability_id}`);
     expect(spent.body).toMatchObject({ spent: 2, calls: 2 });
   });
 });
