@@ -10,6 +10,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
+import postgres from 'postgres';
 import { openDatabase } from '../src/node/db.js';
 import { createTenant } from '../src/service/tenants.js';
 import { Store } from '../src/store/store.js';
@@ -155,6 +156,36 @@ async function serverFigures(url: string): Promise<{ cpu: number; batches: numbe
   return { cpu: value('process_cpu_seconds_total'), batches: value('warrant_audit_batch_size_count'), decisions: value('warrant_audit_batch_size_sum') };
 }
 
+/**
+ * Samples, every 50 ms while `during` runs, how many of Warrant's connections (application_name
+ * warrant-*) wait on a lock in PostgreSQL: how much its decisions queue on each other's locks.
+ */
+async function lockWaits<T>(url: string | undefined, during: Promise<T>): Promise<{ result: T; waiting: number; share: number } | { result: T; waiting: null; share: null }> {
+  if (url === undefined) return { result: await during, waiting: null, share: null };
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  let done = false;
+  let samples = 0;
+  let waitingSum = 0;
+  let withWait = 0;
+  const sampler = (async () => {
+    while (!done) {
+      const [row] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE 'warrant-%' AND wait_event_type = 'Lock'`;
+      samples += 1;
+      waitingSum += row?.n ?? 0;
+      if ((row?.n ?? 0) > 0) withWait += 1;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
+  try {
+    const result = await during;
+    return { result, waiting: waitingSum / Math.max(samples, 1), share: withWait / Math.max(samples, 1) };
+  } finally {
+    done = true;
+    await sampler;
+    await sql.end({ timeout: 5 });
+  }
+}
+
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'warrant-bench-'));
   const env: Record<string, string> = { WARRANT_DATA_DIR: join(dir, 'data'), WARRANT_KEYS_DIR: join(dir, 'keys') };
@@ -184,7 +215,8 @@ async function main(): Promise<void> {
     for (let r = 0; r < ROUNDS; r += 1) {
       const b = await load(bare, key, bodies, SECONDS);
       const before = PROCESSES === 1 ? await serverFigures(warrant.url) : null;
-      const w = await load(warrant, key, bodies, SECONDS);
+      const sampled = await lockWaits(databaseUrl, load(warrant, key, bodies, SECONDS));
+      const w = sampled.result;
       let extra = '';
       if (before !== null) {
         // With one process, every decision of the round is an approval of this load.
@@ -197,6 +229,10 @@ async function main(): Promise<void> {
       }
       rounds.push({ bare: b, warrant: w });
       console.log(`round ${r + 1}\n  ${fmt('bare', b)}\n  ${fmt('approve', w)}${extra}`);
+      if (sampled.share !== null) {
+        const waits = `${(sampled.share * 100).toFixed(0)} % of samples had one waiting, ${sampled.waiting.toFixed(2)} waiting on average`;
+        console.log(`  lock waits: Warrant's connections waiting on a PostgreSQL lock: ${waits}`);
+      }
       if (b.cpu !== null && w.cpu !== null && PROCESSES === 1) console.log(`  bare    ${fmtSplit(b.cpu)}\n  approve ${fmtSplit(w.cpu)}`);
     }
     const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
