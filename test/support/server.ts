@@ -16,7 +16,18 @@ const STARTUP_MS = 60_000;
 const STOP_MS = 20_000;
 
 /** Variables the server and the CLIs read: never inherited from the test run, only set on purpose. */
-const SERVER_VARS = ['PORT', 'HOST', 'DATABASE_URL', 'WARRANT_DATA_DIR', 'WARRANT_SIGNING_KEYS', 'WARRANT_KEYS_DIR', 'WARRANT_PROCESSES'];
+const SERVER_VARS = [
+  'PORT',
+  'HOST',
+  'DATABASE_URL',
+  'WARRANT_DATA_DIR',
+  'WARRANT_SIGNING_KEYS',
+  'WARRANT_KEYS_DIR',
+  'WARRANT_PROCESSES',
+  'WARRANT_AUDIT_KEYS',
+  'WARRANT_CHECKPOINT_INTERVAL_S',
+  'WARRANT_CHECKPOINT_DIR',
+];
 
 const children = new Set<ChildProcess>();
 const tempDirs: string[] = [];
