@@ -20,17 +20,18 @@ export interface CheckpointerOptions {
 
 export class Checkpointer {
   private timer: ReturnType<typeof setTimeout> | undefined;
-  private running: Promise<void> = Promise.resolve();
+  private running: Promise<unknown> = Promise.resolve();
   private stopped = false;
   /** Tenants whose database history no longer matches their sink: never extended again by this process. */
   private readonly alarmed = new Set<string>();
 
   constructor(private readonly o: CheckpointerOptions) {}
 
-  /** One round over every tenant; failures are logged per tenant, never thrown. */
-  round(): Promise<void> {
-    this.running = this.running.then(() => this.eachTenant());
-    return this.running;
+  /** One round over every tenant; failures are logged per tenant, never thrown. Resolves to how many tenants failed. */
+  round(): Promise<number> {
+    const round = this.running.then(() => this.eachTenant());
+    this.running = round.then(() => undefined);
+    return round;
   }
 
   /** Starts a round every `intervalMs`, each after the last has ended. */
@@ -52,32 +53,37 @@ export class Checkpointer {
     await this.round();
   }
 
-  private async eachTenant(): Promise<void> {
+  private async eachTenant(): Promise<number> {
     let tenants: readonly string[];
     try {
       tenants = await this.o.tenants();
     } catch (e) {
       this.o.log({ level: 'warn', msg: 'checkpoint round skipped: the database is unavailable', error: errorText(e) });
-      return;
+      return 1;
     }
-    for (const tenantId of tenants) if (!this.alarmed.has(tenantId)) await this.tenant(tenantId);
+    let failed = 0;
+    for (const tenantId of tenants) if (this.alarmed.has(tenantId) || !(await this.tenant(tenantId))) failed++;
+    return failed;
   }
 
-  private async tenant(tenantId: string): Promise<void> {
+  /** One tenant's checkpoint and export; false when it failed (logged). */
+  private async tenant(tenantId: string): Promise<boolean> {
     const { db, sink, keys } = this.o;
     try {
       // Catch up first: a checkpoint committed by another instance, or before a crash, is published
       // (and the database's history checked against the sink) before a new one extends it.
       if (sink !== null) await publishCheckpoints(db, sink, keys.verifyKeys, tenantId);
       const made = await checkpointTenant({ db, keys, now: this.o.now }, tenantId);
-      if (made === null) return;
+      if (made === null) return true;
       if (sink !== null) await publishCheckpoints(db, sink, keys.verifyKeys, tenantId);
       this.o.log({ msg: 'audit checkpoint', tenant_id: tenantId, n: made.payload.n, size: made.payload.size, root: made.payload.root });
+      return true;
     } catch (e) {
       if (e instanceof AuditIntegrityError) {
         this.alarmed.add(tenantId);
         this.o.log({ level: 'error', msg: 'AUDIT INTEGRITY: checkpoints stopped for this tenant', tenant_id: tenantId, error: e.message });
       } else this.o.log({ level: 'warn', msg: 'checkpoint failed; retried next round', tenant_id: tenantId, error: errorText(e) });
+      return false;
     }
   }
 }

@@ -9,7 +9,8 @@
 import { bytesToHex } from '@noble/hashes/utils.js';
 import { fromHex } from '../crypto/hash.js';
 import { verifyChains, type ChainHead } from '../store/audit.js';
-import type { AuditRecord } from '../store/store.js';
+import { GENESIS_HASH, Store, type AuditRecord, type Db } from '../store/store.js';
+import { auditRanges, checkpointLines } from './checkpointer.js';
 import { verifyCheckpointLog, type AuditKeys, type CheckpointLine, type CheckpointPayload } from './checkpoint.js';
 import { leafHash, memoryReader, rootOf } from './merkle.js';
 
@@ -143,4 +144,50 @@ async function firstMismatch(
 /** The first checkpoint covering leaf `i`. */
 function firstCovering(checkpoints: readonly CheckpointPayload[], i: number): number {
   return checkpoints.find((c) => c.size > i)?.n ?? 1;
+}
+
+/**
+ * Verifies a tenant's stored audit in one read-only REPEATABLE READ transaction, so rows, heads,
+ * ranges and checkpoints are one consistent view (read one by one, a decision or a checkpoint
+ * committing in between would look like tampering). With `exported` (the checkpoints kept outside
+ * the database), the rows are held to those, and the database's own copy must be the same
+ * checkpoints: one that differs, or a copy that stops short of the export (a rollback), is reported.
+ */
+export async function verifyStoredAudit(db: Db, keys: AuditKeys, tenantId: string, exported: readonly CheckpointLine[] | null): Promise<AuditReport> {
+  return db.transaction(
+    async (tx) => {
+      const store = new Store(tx);
+      const inDb = await checkpointLines(tx, tenantId);
+      const report = await verifyAudit(
+        keys,
+        tenantId,
+        {
+          heads: await store.auditHeads(tenantId),
+          ranges: await auditRanges(tx, tenantId),
+          checkpoints: exported ?? inDb,
+          rows: store.auditChain(tenantId),
+        },
+        GENESIS_HASH,
+      );
+      if (!report.ok || exported === null) return report;
+      const differs = inDb.findIndex((l, i) => exported[i] !== undefined && exported[i].jws !== l.jws);
+      if (differs >= 0)
+        return {
+          ok: false,
+          entries: report.entries,
+          firstBadCheckpoint: differs + 1,
+          reason: `the database's checkpoint ${differs + 1} is not the one exported`,
+        };
+      if (inDb.length < exported.length) {
+        return {
+          ok: false,
+          entries: report.entries,
+          firstBadCheckpoint: inDb.length + 1,
+          reason: `the database holds ${inDb.length} of the ${exported.length} exported checkpoints: it was rolled back`,
+        };
+      }
+      return report;
+    },
+    { isolationLevel: 'repeatable read', accessMode: 'read only' },
+  );
 }

@@ -10,7 +10,8 @@
  *       hold, 1 naming the first bad row or checkpoint, 2 on bad usage.
  *   checkpoint
  *       Makes one checkpoint round now (a server does this every WARRANT_CHECKPOINT_INTERVAL_S; for
- *       deployments whose servers do not, e.g. Workers, run this from a scheduler).
+ *       deployments whose servers do not, e.g. Workers, run this from a scheduler). Exit 1 when a
+ *       tenant's checkpoint failed, or its database no longer matches its exported checkpoints.
  *   receipt verify [FILE] --keys JWKS_FILE
  *       Verifies a receipt (GET /v1/audit/{id}/receipt; FILE or stdin) offline. Exit 0 or 1.
  *
@@ -18,11 +19,10 @@
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { importAuditKeys, parseLines, type AuditKeys, type CheckpointLine } from '../audit/checkpoint.js';
-import { auditRanges, checkpointLines } from '../audit/checkpointer.js';
 import { verifyReceipt } from '../audit/receipt.js';
 import { Checkpointer } from '../audit/service.js';
-import { verifyAudit, type AuditReport } from '../audit/verify.js';
-import { GENESIS_HASH, Store, type TenantRecord } from '../store/store.js';
+import { verifyStoredAudit, type AuditReport } from '../audit/verify.js';
+import { Store, type TenantRecord } from '../store/store.js';
 import { log, readConfig, runMain, type Config } from './config.js';
 import { openConfiguredDatabase } from './db.js';
 import { FileSink, sinkFile } from './file-sink.js';
@@ -56,10 +56,16 @@ async function auditKeysFrom(config: Config, file: string | undefined): Promise<
   }
 }
 
-/** The exported checkpoints of a tenant: from a file, a directory of <tenant id>.jsonl, or none. */
-function exported(path: string, tenant: TenantRecord, single: boolean): CheckpointLine[] | null {
-  const file = existsSync(path) && statSync(path).isDirectory() ? sinkFile(path, tenant.id) : single ? path : null;
-  if (file === null) throw new UsageError('--checkpoints FILE needs a TENANT_NAME; give a directory for every tenant');
+/**
+ * The exported checkpoints of a tenant: from `--checkpoints` (a file, or a directory of
+ * <tenant id>.jsonl), else from the sink directory; null when none were exported for it yet.
+ */
+function exported(given: string | undefined, sinkDir: string, tenant: TenantRecord, single: boolean): CheckpointLine[] | null {
+  if (given !== undefined && !existsSync(given)) throw new UsageError(`--checkpoints ${given}: no such file or directory`);
+  const path = given ?? sinkDir;
+  const isDir = given === undefined || statSync(given).isDirectory();
+  if (!isDir && !single) throw new UsageError('--checkpoints FILE needs a TENANT_NAME; give a directory for every tenant');
+  const file = isDir ? sinkFile(path, tenant.id) : path;
   if (!existsSync(file)) return null;
   const parsed = parseLines(readFileSync(file, 'utf8'));
   if (!parsed.ok) throw new Error(`${file}: line ${parsed.line} is not a checkpoint`);
@@ -87,24 +93,8 @@ async function verify(config: Config, store: Store, args: string[]): Promise<num
   if (tenants.length === 0) throw new UsageError(name === undefined ? 'no tenants' : `no tenant named ${name}`);
   let allOk = true;
   for (const t of tenants) {
-    const inDb = await checkpointLines(store.db, t.id);
-    const file = exported(options.get('--checkpoints') ?? config.checkpointDir, t, name !== undefined);
-    let report: AuditReport = await verifyAudit(
-      keys,
-      t.id,
-      { rows: store.auditChain(t.id), heads: await store.auditHeads(t.id), ranges: await auditRanges(store.db, t.id), checkpoints: file ?? inDb },
-      GENESIS_HASH,
-    );
-    // The database's copy must be the exported one, checkpoint for checkpoint.
-    const differs = file === null ? -1 : inDb.findIndex((l, i) => file[i] !== undefined && file[i].jws !== l.jws);
-    if (report.ok && differs >= 0) {
-      report = {
-        ok: false,
-        entries: report.entries,
-        firstBadCheckpoint: differs + 1,
-        reason: `the database's checkpoint ${differs + 1} is not the one exported`,
-      };
-    }
+    const file = exported(options.get('--checkpoints'), config.checkpointDir, t, name !== undefined);
+    const report = await verifyStoredAudit(store.db, keys, t.id, file);
     allOk &&= report.ok;
     console.log(reportLine(t.name, report, file === null ? '\t(no exported checkpoints: checked against the database copy only)' : ''));
   }
@@ -141,8 +131,8 @@ async function main(args: string[]): Promise<number> {
       if (rest.length > 0) throw new UsageError(USAGE);
       const keys = await loadKeys(config, log, 'audit');
       const tenants = async (): Promise<string[]> => (await store.listTenants()).map((t) => t.id);
-      await new Checkpointer({ db: database.db, keys, now: () => new Date(), sink: new FileSink(config.checkpointDir), tenants, log }).round();
-      return 0;
+      const failed = await new Checkpointer({ db: database.db, keys, now: () => new Date(), sink: new FileSink(config.checkpointDir), tenants, log }).round();
+      return failed === 0 ? 0 : 1;
     } finally {
       await database.close();
     }

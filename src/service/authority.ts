@@ -25,11 +25,11 @@ import { hashJson, newId } from '../crypto/hash.js';
 import type { KeyRing } from '../crypto/keys.js';
 import { signToken } from '../crypto/tokens.js';
 import { claim, markInDoubt, release, type Fence, type IdemKey, type StoredResponse } from '../store/idempotency.js';
-import { auditRanges, checkpointLines, latestCheckpoint, leafOf, proveInclusion } from '../audit/checkpointer.js';
+import { latestCheckpoint, leafOf, proveInclusion } from '../audit/checkpointer.js';
 import type { Receipt } from '../audit/receipt.js';
-import { verifyAudit } from '../audit/verify.js';
+import { verifyStoredAudit } from '../audit/verify.js';
 import { hashedFields } from '../store/audit.js';
-import { GENESIS_HASH, StoreUnavailable, type AuditFilter, type AuditRecord, type Store } from '../store/store.js';
+import { StoreUnavailable, type AuditFilter, type AuditRecord, type Store } from '../store/store.js';
 import { FenceLost, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
 import { ApiError, invalidRequest, unavailable, type FieldError } from './errors.js';
 import { TokenCache } from './token-cache.js';
@@ -541,20 +541,9 @@ export class Reads {
     return { status: 200, body: { entries: entries.map(auditEntry), next: nextPos === null ? null : String(nextPos) } };
   }
 
-  /** The tenant's rows, chains and checkpoints checked together (src/audit/verify.ts). */
+  /** The tenant's rows, chains and checkpoints checked together, in one snapshot (src/audit/verify.ts). */
   async verifyAudit(tenantId: string): Promise<Reply> {
-    const db = this.store.db;
-    const report = await verifyAudit(
-      this.audits.auditKeys?.verifyKeys ?? new Map(),
-      tenantId,
-      {
-        rows: this.store.auditChain(tenantId),
-        heads: await this.store.auditHeads(tenantId),
-        ranges: await auditRanges(db, tenantId),
-        checkpoints: await checkpointLines(db, tenantId),
-      },
-      GENESIS_HASH,
-    );
+    const report = await verifyStoredAudit(this.store.db, this.audits.auditKeys?.verifyKeys ?? new Map(), tenantId, null);
     if (report.ok) return { status: 200, body: { ...report, covered: report.entries - report.uncovered } };
     const { firstBadId, firstBadCheckpoint, ...rest } = report;
     return {
