@@ -15,9 +15,9 @@ import { sql, type SQL } from 'drizzle-orm';
 import { bytesToHex } from '@noble/hashes/utils.js';
 import type { KeyRing } from '../crypto/keys.js';
 import type { Db } from '../store/store.js';
-import { checkpointId, signCheckpoint, type CheckpointLine, type CheckpointPayload } from './checkpoint.js';
+import { checkpointId, openCheckpoint, signCheckpoint, type CheckpointLine, type CheckpointPayload } from './checkpoint.js';
 import { fromHex } from '../crypto/hash.js';
-import { consistencyProof, inclusionProof, leafHash, rootOf } from './merkle.js';
+import { consistencyProof, inclusionProof, leafHash, rootOf, verifyConsistency } from './merkle.js';
 import { appendLeaves, rightEdgeOf, tileReader, type Tile } from './tiles.js';
 
 /** The audit's data is not what the checkpointer or a proof expects: never signed over, never proven. */
@@ -86,6 +86,10 @@ interface ChangedTree {
 
 /** The trees whose heads moved since `snapshot` (all trees with rows when there is none), with their covered seq. */
 async function changedTrees(tx: Pick<Db, 'execute'>, tenantId: string, snapshot: string | null): Promise<ChangedTree[]> {
+  // After a dump and restore (or logical replication) into another cluster, transaction ids start
+  // again below the saved snapshot's: then every head is compared with what the ranges cover.
+  const [fresh] = snapshot === null ? [] : await query(tx, sql`SELECT pg_current_xact_id() < pg_snapshot_xmax(${snapshot}::pg_snapshot) AS reset`);
+  if (fresh?.reset === true) snapshot = null;
   const heads = await query(
     tx,
     snapshot === null
@@ -101,32 +105,37 @@ async function changedTrees(tx: Pick<Db, 'execute'>, tenantId: string, snapshot:
         WHERE tenant_id = ${tenantId} AND tree_id IN (SELECT jsonb_array_elements_text(${ids}::jsonb)) GROUP BY tree_id`,
   );
   const done = new Map(covered.map((c) => [String(c.tree_id), Number(c.hi)]));
-  return heads
-    .map((h) => ({ tree_id: String(h.tree_id), lo: done.get(String(h.tree_id)) ?? 0, hi: Number(h.seq) }))
-    .filter((t) => t.hi > t.lo)
-    .sort((a, b) => (a.tree_id < b.tree_id ? -1 : a.tree_id > b.tree_id ? 1 : 0));
+  return (
+    heads
+      .map((h) => ({ tree_id: String(h.tree_id), lo: done.get(String(h.tree_id)) ?? 0, hi: Number(h.seq) }))
+      .filter((t) => t.hi > t.lo)
+      // Code-unit order, whatever the database's collation: the leaf order is the ranges', written below.
+      .sort((a, b) => (a.tree_id < b.tree_id ? -1 : a.tree_id > b.tree_id ? 1 : 0))
+  );
 }
 
-/** The new rows' hashes, tree by tree in seq order; every seq must be there (a gap is never signed over). */
+/**
+ * The new rows' hashes, tree by tree in seq order; every seq must be there (a gap is never signed
+ * over). Rows are matched by (tree, seq), not by position: the database's collation may order tree
+ * ids unlike the code-unit order the trees were sorted in.
+ */
 async function newLeaves(tx: Pick<Db, 'execute'>, tenantId: string, trees: readonly ChangedTree[]): Promise<Uint8Array[]> {
   const rows = await query(
     tx,
     sql`SELECT a.tree_id, a.seq::text AS seq, a.hash FROM jsonb_to_recordset(${JSON.stringify(trees)}::jsonb) AS r(tree_id text, lo bigint, hi bigint)
-        JOIN audit a ON a.tenant_id = ${tenantId} AND a.tree_id = r.tree_id AND a.seq > r.lo AND a.seq <= r.hi
-        ORDER BY a.tree_id, a.seq`,
+        JOIN audit a ON a.tenant_id = ${tenantId} AND a.tree_id = r.tree_id AND a.seq > r.lo AND a.seq <= r.hi`,
   );
+  const byKey = new Map(rows.map((r) => [`${String(r.tree_id)}\u0000${String(r.seq)}`, String(r.hash)]));
   const leaves: Uint8Array[] = [];
-  let i = 0;
   for (const t of trees) {
-    for (let seq = t.lo + 1; seq <= t.hi; seq++, i++) {
-      const r = rows[i];
-      const hash = r === undefined ? null : fromHex(String(r.hash));
-      if (r === undefined || r.tree_id !== t.tree_id || Number(r.seq) !== seq || hash === null || hash.length !== 32) {
-        throw new AuditIntegrityError(`audit row ${seq} of tree '${t.tree_id}' is missing or malformed`);
-      }
+    for (let seq = t.lo + 1; seq <= t.hi; seq++) {
+      const hex = byKey.get(`${t.tree_id}\u0000${seq}`);
+      const hash = hex === undefined ? null : fromHex(hex);
+      if (hash === null || hash.length !== 32) throw new AuditIntegrityError(`audit row ${seq} of tree '${t.tree_id}' is missing or malformed`);
       leaves.push(leafHash(hash));
     }
   }
+  if (leaves.length !== rows.length) throw new AuditIntegrityError('audit rows were found twice');
   return leaves;
 }
 
@@ -178,18 +187,31 @@ async function makeCheckpoint(o: CheckpointOptions, tenantId: string): Promise<M
       if (lock?.ok !== true) return null;
       const [snap] = await query(tx, sql`SELECT pg_current_snapshot()::text AS s`);
       const last = await latest(tx, tenantId);
+      // The previous tree is what the audit key signed, never the columns beside it: whoever can
+      // write the database could otherwise have this checkpointer sign a shrunk or forked tree.
+      const prev = last === null ? null : await openCheckpoint(o.keys.verifyKeys, last.jws);
+      if (prev !== null && (!prev.ok || prev.payload.tenant !== tenantId || prev.payload.n !== last?.n)) {
+        throw new AuditIntegrityError(`the latest stored checkpoint of tenant ${tenantId} is not one the audit key signed`);
+      }
+      const signed = prev?.ok === true ? prev.payload : null;
       const trees = await changedTrees(tx, tenantId, last?.snapshot ?? null);
       if (trees.length === 0) return null;
       const leaves = await newLeaves(tx, tenantId, trees);
-      const oldSize = last?.size ?? 0;
+      const oldSize = signed?.size ?? 0;
       const size = oldSize + leaves.length;
 
       const stored = tileLoader(tx, tenantId);
       const changed = appendLeaves(await rightEdge(stored, oldSize), oldSize, leaves);
       const fresh = new Map(changed.map((t) => [`${t.level}/${t.index}`, t.hashes]));
       const reader = tileReader(async (level, index) => fresh.get(`${level}/${index}`) ?? stored(level, index), size);
-      const root = bytesToHex(await rootOf(reader, size));
-      const consistency = last === null ? [] : (await consistencyProof(reader, oldSize, size)).map(bytesToHex);
+      const rootBytes = await rootOf(reader, size);
+      const root = bytesToHex(rootBytes);
+      const proof = signed === null ? [] : await consistencyProof(reader, oldSize, size);
+      // The stored tiles and ranges are the database's too: the new tree must extend the signed one.
+      if (signed !== null && !verifyConsistency(oldSize, size, fromHex(signed.root) as Uint8Array, rootBytes, proof)) {
+        throw new AuditIntegrityError(`the stored audit tree of tenant ${tenantId} does not extend its last signed checkpoint`);
+      }
+      const consistency = proof.map(bytesToHex);
 
       const payload: CheckpointPayload = {
         tenant: tenantId,

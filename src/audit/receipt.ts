@@ -31,7 +31,12 @@ export function hashOfFields(fields: Record<string, unknown>): string {
   return sha256Hex(`[${JSON.stringify(fields.prev_hash)},${canonicalJson(fields)}]`);
 }
 
-/** Verifies a receipt with only the audit public keys: the row, its hash, the checkpoint's signature, the proof. */
+/**
+ * Verifies a receipt with only the audit public keys: the row, its hash, the checkpoint's signature,
+ * the proof. It shows the row is in a tree the audit key signed; that this checkpoint belongs to the
+ * tenant's exported chain of checkpoints is `npm run audit -- verify`'s to show. The row's `at` is
+ * the authority's word, not signed separately: the checkpoint's own `at` bounds when it was on record.
+ */
 export async function verifyReceipt(receipt: unknown, keys: AuditKeys): Promise<ReceiptCheck> {
   const r = receipt as Partial<Receipt> | null;
   if (
@@ -54,6 +59,7 @@ export async function verifyReceipt(receipt: unknown, keys: AuditKeys): Promise<
   const opened = await openCheckpoint(keys, r.checkpoint);
   if (!opened.ok) return { ok: false, code: 'bad_checkpoint', message: `the checkpoint: ${opened.reason}` };
   const c = opened.payload;
+  if (r.row.tenant_id !== c.tenant) return { ok: false, code: 'row_mismatch', message: "the row is not the checkpoint's tenant's" };
   const proof = r.inclusion.map((h) => (typeof h === 'string' ? fromHex(h) : null));
   const hash = fromHex(r.hash);
   const root = fromHex(c.root);

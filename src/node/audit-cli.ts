@@ -17,7 +17,7 @@
  *
  * With embedded PGlite, run verify and checkpoint while the server is stopped.
  */
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { importAuditKeys, parseLines, type AuditKeys, type CheckpointLine } from '../audit/checkpoint.js';
 import { verifyReceipt } from '../audit/receipt.js';
 import { Checkpointer } from '../audit/service.js';
@@ -97,6 +97,18 @@ async function verify(config: Config, store: Store, args: string[]): Promise<num
     const report = await verifyStoredAudit(store.db, keys, t.id, file);
     allOk &&= report.ok;
     console.log(reportLine(t.name, report, file === null ? '\t(no exported checkpoints: checked against the database copy only)' : ''));
+  }
+  // Checkpoints exported for a tenant the database no longer has: the tenant was deleted or renamed.
+  const given = options.get('--checkpoints');
+  const dir = given ?? config.checkpointDir;
+  if (name === undefined && existsSync(dir) && statSync(dir).isDirectory()) {
+    const known = new Set((await store.listTenants()).map((t) => t.id));
+    for (const f of readdirSync(dir).filter((f) => f.endsWith('.jsonl'))) {
+      const id = f.slice(0, -'.jsonl'.length);
+      if (known.has(id)) continue;
+      allOk = false;
+      console.log(`TAMPERED\t${id}\tcheckpoints were exported for tenant ${id}, which the database no longer has`);
+    }
   }
   return allOk ? 0 : 1;
 }

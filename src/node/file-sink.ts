@@ -16,21 +16,20 @@ export const sinkFile = (dir: string, tenantId: string): string => join(dir, `${
 const TAIL_BYTES = 16 * 1024;
 
 export class FileSink implements CheckpointSink {
-  /** The last line per tenant, once read or written: the file is read once per process. */
-  private readonly lastLines = new Map<string, CheckpointLine | null>();
-
   constructor(private readonly dir: string) {}
 
+  /** Read from the file each time (its tail only): another process may share the directory. */
   async last(tenantId: string): Promise<CheckpointLine | null> {
-    const known = this.lastLines.get(tenantId);
-    if (known !== undefined) return known;
-    const line = readLastLine(sinkFile(this.dir, tenantId));
-    this.lastLines.set(tenantId, line);
-    return line;
+    return readLastLine(sinkFile(this.dir, tenantId));
   }
 
   async append(tenantId: string, lines: readonly CheckpointLine[]): Promise<void> {
-    if (lines.length === 0) return;
+    const first = lines[0];
+    if (first === undefined) return;
+    // Appended only right after the file's last line: a process sharing the directory may have
+    // appended these already (between its check and this one, two could still race: give each
+    // server a directory of its own, README "Audit checkpoints").
+    if (first.n !== ((await this.last(tenantId))?.n ?? 0) + 1) return;
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
     const fd = openSync(sinkFile(this.dir, tenantId), 'a', 0o600);
     try {
@@ -39,7 +38,6 @@ export class FileSink implements CheckpointSink {
     } finally {
       closeSync(fd);
     }
-    this.lastLines.set(tenantId, lines[lines.length - 1] as CheckpointLine);
   }
 }
 

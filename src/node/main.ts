@@ -34,6 +34,10 @@ async function main(): Promise<void> {
 
   const keys = await loadKeys(config, log);
   const auditKeys = await loadKeys(config, log, 'audit');
+  // A key in both rings would let whoever holds the audit key mint tokens, and the reverse.
+  const tokenKeys = new Set(keys.jwks.keys.map((k) => k.x));
+  if (auditKeys.jwks.keys.some((k) => tokenKeys.has(k.x)))
+    throw new Error('the audit key ring shares a key with the token signing ring: give each its own keys');
   const metrics = new Metrics();
   if (database.poolUse !== undefined) metrics.poolUse = database.poolUse;
   metrics.cpuSeconds = () => {

@@ -394,6 +394,7 @@ export class Authority {
         tenantId,
         fence: null,
         chainOf: body.capability_id,
+        writesSubtree: true,
         run: async (tx, now) => {
           const chain = await tx.lockChain(tenantId, body.capability_id);
           const self = chain[chain.length - 1];
@@ -504,6 +505,9 @@ export interface AuditReadOptions {
 
 /** The reads of the API (GET endpoints), each scoped to the calling tenant. */
 export class Reads {
+  /** Audit checks in progress, by tenant. */
+  private readonly verifying = new Map<string, ReturnType<typeof verifyStoredAudit>>();
+
   constructor(
     private readonly store: Store,
     private readonly now: () => Date,
@@ -541,9 +545,17 @@ export class Reads {
     return { status: 200, body: { entries: entries.map(auditEntry), next: nextPos === null ? null : String(nextPos) } };
   }
 
-  /** The tenant's rows, chains and checkpoints checked together, in one snapshot (src/audit/verify.ts). */
+  /**
+   * The tenant's rows, chains and checkpoints checked together, in one snapshot (src/audit/verify.ts).
+   * It reads the whole log: callers asking while a check of their tenant runs share its answer.
+   */
   async verifyAudit(tenantId: string): Promise<Reply> {
-    const report = await verifyStoredAudit(this.store.db, this.audits.auditKeys?.verifyKeys ?? new Map(), tenantId, null);
+    let running = this.verifying.get(tenantId);
+    if (running === undefined) {
+      running = verifyStoredAudit(this.store.db, this.audits.auditKeys?.verifyKeys ?? new Map(), tenantId, null).finally(() => this.verifying.delete(tenantId));
+      this.verifying.set(tenantId, running);
+    }
+    const report = await running;
     if (report.ok) return { status: 200, body: { ...report, covered: report.entries - report.uncovered } };
     const { firstBadId, firstBadCheckpoint, ...rest } = report;
     return {

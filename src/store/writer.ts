@@ -46,6 +46,11 @@ export interface DecisionUnit<R> {
   readonly chainOf?: string;
   /** A mint: the id of the tree (its root capability) whose chain this unit's row starts. */
   readonly newTree?: string;
+  /**
+   * The unit writes rows beyond the chain it names (a revocation updates every descendant), which it
+   * must wait for: it runs in a waiting lane, never in the main lane, which must never wait for a lock.
+   */
+  readonly writesSubtree?: boolean;
   /** Runs under its tree's chain lock; `now` is the decision time, also the audit row's. */
   run(tx: DecisionTx, now: Date): Promise<Decided<R>>;
 }
@@ -137,7 +142,16 @@ export class DecisionWriter {
   /** Queues a decision; resolves after the batch holding its audit row has committed. */
   submit<R>(unit: DecisionUnit<R>): Promise<R> {
     return new Promise<R>((resolve, reject) => {
-      this.queue.push({ unit, resolve: resolve as (v: unknown) => void, reject });
+      const p: Pending = { unit, resolve: resolve as (v: unknown) => void, reject };
+      if (unit.writesSubtree === true) {
+        // A main lane that waited here could close a cycle with another instance's main lane, which
+        // may hold a lock on a row of this subtree for a unit it is about to defer.
+        const key = `${headKey(unit.tenantId, unit.chainOf ?? '')}\u0000subtree`;
+        this.waiting.set(key, [...(this.waiting.get(key) ?? []), p]);
+        this.startWaitingLanes();
+        return;
+      }
+      this.queue.push(p);
       this.startLane();
     });
   }
@@ -261,7 +275,13 @@ export class DecisionWriter {
         take();
         passTurn();
       } else await entered; // the connection may have closed while the body still ran
-      failAll(batch, e);
+      // Units the batch deferred were never written, whatever became of its COMMIT: they go on.
+      const deferred = new Set([...result.deferred.values()].flat());
+      failAll(
+        batch.filter((p) => !deferred.has(p)),
+        e,
+      );
+      if (deferred.size > 0) this.defer(result.deferred);
       return;
     }
     settleAll(batch, result);

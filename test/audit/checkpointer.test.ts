@@ -65,8 +65,7 @@ describe.each(BACKENDS)('the checkpointer on %s', (backend) => {
   test('checkpoints taken while decisions commit lose and duplicate nothing', async () => {
     const tokens = await Promise.all(Array.from({ length: 6 }, (_, i) => mint(`load-${i}`)));
     // Other checkpointers race this one: on PostgreSQL on pools of their own (as other instances).
-    const others: Database[] =
-      backend === 'postgres' ? await Promise.all([0, 1].map(() => openDatabase({ databaseUrl: h.database.url, poolSize: 2 }))) : [];
+    const others: Database[] = backend === 'postgres' ? await Promise.all([0, 1].map(() => openDatabase({ databaseUrl: h.database.url, poolSize: 2 }))) : [];
     const checkpointers = [h.database.db, ...others.map((d) => d.db)].map(
       (db) => () => checkpointTenant({ db, keys: h.auditKeys, now: h.clock.now }, h.tenantIds.a),
     );
@@ -141,5 +140,54 @@ describe.each(BACKENDS)('the checkpointer on %s', (backend) => {
     expect((sink.lines.get(h.tenantIds.a) ?? []).at(-1)).toEqual(last);
     const [max] = await exec(sql`SELECT max(n)::int AS n FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a}`);
     expect(max?.n).toBe(last.n - 1);
+  });
+});
+
+/** On a database of their own: these tests change its schema's collation or tamper with its checkpoints. */
+describe.each(BACKENDS)('the checkpointer, against a tampered or unusual database, on %s', (backend) => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness(backend);
+    // Before any statement is prepared on a connection: a collation as most PostgreSQL installs have.
+    if (backend === 'postgres')
+      for (const t of ['audit', 'audit_heads', 'audit_ranges']) await exec(sql.raw(`ALTER TABLE ${t} ALTER COLUMN tree_id TYPE text COLLATE "en-US-x-icu"`));
+  });
+  afterAll(async () => h.close());
+
+  const exec = async (q: ReturnType<typeof sql>): Promise<Row[]> => rowsOf(await h.database.db.execute(q));
+  const mint = async (t: string): Promise<string> => {
+    const r = await h.call('POST', '/v1/capabilities', { trajectory_id: t, rights: ['read'], objects: [{ kind: 'path', prefix: `/w/${t}` }], ttl_s: 3600 });
+    expect(r.status).toBe(201);
+    return r.body.token as string;
+  };
+  const approve = (token: string, i: number) => h.call('POST', '/v1/approve', { token, op: 'read', target: { kind: 'path', path: `/w/x/${i}` }, cost: 0.01 });
+
+  test.runIf(backend === 'postgres')('tree ids ordered by a non-C collation (en-US, as most installs) still checkpoint', async () => {
+    {
+      const tokens = await Promise.all(Array.from({ length: 24 }, (_, i) => mint(`coll-${i}`)));
+      await Promise.all(tokens.map((t, i) => approve(t, i)));
+      // Code-unit and en-US order disagree for these ids (upper case sorts before lower in one only).
+      const ids = (await exec(sql`SELECT tree_id FROM audit_heads WHERE tenant_id = ${h.tenantIds.a} AND tree_id <> ''`)).map((r) => String(r.tree_id));
+      const byCodeUnit = [...ids].sort();
+      const byCollation = (await exec(sql`SELECT tree_id FROM audit_heads WHERE tenant_id = ${h.tenantIds.a} AND tree_id <> '' ORDER BY tree_id`)).map((r) =>
+        String(r.tree_id),
+      );
+      expect(byCollation).not.toEqual(byCodeUnit);
+      expect(await h.checkpoint()).not.toBeNull();
+      expect((await h.call('GET', '/v1/audit/verify')).body).toMatchObject({ ok: true, uncovered: 0 });
+    }
+  });
+
+  test('a checkpointer signs only over a tree that extends the last signed checkpoint, whatever the stored columns say', async () => {
+    const token = await mint('fork');
+    await approve(token, 1);
+    expect(await h.checkpoint()).not.toBeNull();
+    // Someone with the database shrinks the last checkpoint's recorded size and drops the tree's tiles.
+    await exec(
+      sql`UPDATE audit_checkpoints SET size = 0 WHERE tenant_id = ${h.tenantIds.a} AND n = (SELECT max(n) FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a})`,
+    );
+    await exec(sql`DELETE FROM audit_tiles WHERE tenant_id = ${h.tenantIds.a}`);
+    await approve(token, 2);
+    await expect(h.checkpoint()).rejects.toBeInstanceOf(AuditIntegrityError);
   });
 });
