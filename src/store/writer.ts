@@ -8,6 +8,7 @@
 import { sealRow } from './audit.js';
 import { BatchFailed, batchRunner, type BatchConn, type BatchOutcome, type BatchRunner } from './batch.js';
 import { completeFences, lockFences, type Fence, type StoredResponse } from './idempotency.js';
+import { Deadline, DEFAULT_DEADLINE_MS } from './deadline.js';
 import { decisionTx, StoreUnavailable, type Db, type DecisionTx } from './store.js';
 
 /** The audit row of a decision, without its chain fields. */
@@ -52,6 +53,14 @@ interface Pending {
   readonly unit: DecisionUnit<unknown>;
   readonly resolve: (v: unknown) => void;
   readonly reject: (e: unknown) => void;
+  readonly timer: ReturnType<typeof setTimeout>;
+  /**
+   * `queued`: waiting for a batch; `batched`: in a batch whose COMMIT is not sent yet; `committing`:
+   * COMMIT sent, outcome pending; `done`: answered (a late batch result is then ignored).
+   */
+  state: 'queued' | 'batched' | 'committing' | 'done';
+  /** Abandons the batch holding it (set once it is batched). */
+  abandon?: () => void;
 }
 
 type Settle = { ok: true; value: unknown } | { ok: false; error: unknown };
@@ -63,6 +72,16 @@ export interface WriterOptions {
   readonly onBatch?: (size: number) => void;
   /** Batch transactions open at once (see LANES). */
   readonly lanes?: number;
+  /** The deadline of a decision submitted without one (ms; default DEFAULT_DEADLINE_MS). */
+  readonly deadlineMs?: number;
+  /** Most decisions pending (queued or in an open batch) at once; beyond it, refused at once (default 1024). */
+  readonly maxPending?: number;
+  /** A decision refused because too many were pending (load shedding). */
+  readonly onShed?: () => void;
+  /** A decision answered at its deadline: not committed, or unknown when its COMMIT had been sent. */
+  readonly onDeadline?: (outcome: 'not_committed' | 'unknown') => void;
+  /** A batch committed (true) or the database failed one (false). */
+  readonly onAvailability?: (available: boolean) => void;
 }
 
 /**
@@ -74,6 +93,12 @@ export interface WriterOptions {
  */
 const LANES = 1;
 
+/** The default of WriterOptions.maxPending. */
+export const DEFAULT_MAX_PENDING = 1024;
+
+const notCommitted = (why: string, cause?: unknown): StoreUnavailable =>
+  new StoreUnavailable(`the decision was not committed: ${why}`, 'rolled_back', cause === undefined ? undefined : { cause });
+
 export class DecisionWriter {
   private queue: Pending[] = [];
   private readonly maxBatch: number;
@@ -84,6 +109,8 @@ export class DecisionWriter {
   private idleLanes = 0;
   /** Held by the lane taking, reading and deciding its batch: one at a time, in order. */
   private turn: Promise<void> = Promise.resolve();
+  /** Decisions submitted and not yet answered. */
+  private pendingCount = 0;
 
   constructor(
     db: Db,
@@ -93,10 +120,45 @@ export class DecisionWriter {
     this.run = batchRunner(db);
   }
 
-  /** Queues a decision; resolves after the batch holding its audit row has committed. */
-  submit<R>(unit: DecisionUnit<R>): Promise<R> {
+  /** Decisions submitted and not yet answered (queued, or in an open batch). */
+  get pending(): number {
+    return this.pendingCount;
+  }
+
+  /** Decisions waiting for a batch. */
+  get queued(): number {
+    return this.queue.length;
+  }
+
+  private get deadlineMs(): number {
+    return this.options.deadlineMs ?? DEFAULT_DEADLINE_MS;
+  }
+
+  /**
+   * Queues a decision; resolves after the batch holding its audit row has committed. Rejects with
+   * StoreUnavailable when it cannot commit by `deadline`: `rolled_back` when it was still queued or
+   * its batch had not sent COMMIT (the batch is then abandoned, so it never commits later), `unknown`
+   * when COMMIT had been sent; and at once, `rolled_back`, when too many decisions are pending.
+   */
+  submit<R>(unit: DecisionUnit<R>, deadline: Deadline = Deadline.in(this.deadlineMs)): Promise<R> {
+    if (deadline.hasPassed()) {
+      this.options.onDeadline?.('not_committed');
+      return Promise.reject(notCommitted('its deadline passed before it was queued'));
+    }
+    if (this.pendingCount >= (this.options.maxPending ?? DEFAULT_MAX_PENDING)) {
+      this.options.onShed?.();
+      return Promise.reject(notCommitted('too many decisions are pending (load shed)'));
+    }
     return new Promise<R>((resolve, reject) => {
-      this.queue.push({ unit, resolve: resolve as (v: unknown) => void, reject });
+      const p: Pending = {
+        unit,
+        resolve: resolve as (v: unknown) => void,
+        reject,
+        state: 'queued',
+        timer: setTimeout(() => this.expire(p), deadline.remaining()),
+      };
+      this.pendingCount++;
+      this.queue.push(p);
       this.startLane();
     });
   }
@@ -104,6 +166,36 @@ export class DecisionWriter {
   /** Resolves when every queued decision has been written (for clean shutdown). */
   async flush(): Promise<void> {
     while (this.lanes.size > 0) await Promise.all(this.lanes);
+  }
+
+  /** Answers a pending decision once; later results (a batch finishing after its deadline) are ignored. */
+  private settle(p: Pending, s: Settle): void {
+    if (p.state === 'done') return;
+    p.state = 'done';
+    clearTimeout(p.timer);
+    this.pendingCount--;
+    if (s.ok) p.resolve(s.value);
+    else p.reject(s.error);
+  }
+
+  /** The deadline of a pending decision passed: answer it now with what is known of its outcome. */
+  private expire(p: Pending): void {
+    switch (p.state) {
+      case 'done':
+        return;
+      case 'queued':
+        this.queue.splice(this.queue.indexOf(p), 1);
+        break;
+      case 'batched':
+        p.abandon?.(); // before COMMIT: the batch is rolled back, so this answer stays true
+        break;
+      case 'committing':
+        this.options.onDeadline?.('unknown');
+        this.settle(p, { ok: false, error: new StoreUnavailable('the database did not confirm the commit by the deadline', 'unknown') });
+        return;
+    }
+    this.options.onDeadline?.('not_committed');
+    this.settle(p, { ok: false, error: notCommitted('the database did not answer by the deadline') });
   }
 
   private startLane(): void {
@@ -119,6 +211,11 @@ export class DecisionWriter {
   /**
    * One batch transaction: BEGIN, then wait for the turn, take every queued unit (up to maxBatch),
    * decide them and send the writes and COMMIT; the turn passes on as soon as COMMIT is sent.
+   *
+   * A lane is abandoned (rolled back, never committed) when the deadline of one of its units passes
+   * before COMMIT is sent, or when it has not taken any unit a deadline after it began (BEGIN hangs on
+   * a stalled database): it then ends at once, without waiting for the database, so that the next
+   * lane can start when the database answers again; the units still queued wait for that lane.
    */
   private async lane(): Promise<void> {
     let batch: Pending[] = [];
@@ -126,45 +223,73 @@ export class DecisionWriter {
     let passTurn!: () => void;
     const myTurn = this.turn;
     this.turn = new Promise((r) => (passTurn = r));
+    const control = new AbortController();
+    const abandon = (): void => control.abort();
+    let taken = false;
     const take = (): void => {
+      if (taken) return;
+      taken = true;
       this.idleLanes--;
+      if (control.signal.aborted) return; // abandoned before it took anything: the units wait for the next lane
       batch = this.queue.splice(0, this.maxBatch);
+      for (const p of batch) {
+        p.state = 'batched';
+        p.abandon = abandon;
+      }
+    };
+    const watchdog = setTimeout(() => {
+      if (!taken) abandon();
+    }, this.deadlineMs);
+    const onCommit = (): void => {
+      for (const p of batch) if (p.state === 'batched') p.state = 'committing';
     };
     let entered = null as Promise<unknown> | null;
     try {
-      await this.run((c) => {
-        const body = (async (): Promise<BatchOutcome<void>> => {
-          await myTurn;
-          try {
-            take();
-            if (batch.length === 0) return { value: undefined, writes: [] };
-            this.options.onBatch?.(batch.length);
-            return await this.decideAll(c, batch, settled);
-          } finally {
-            passTurn();
-          }
-        })();
-        entered = body.catch(() => undefined);
-        return body;
-      });
+      await this.run(
+        (c) => {
+          const body = (async (): Promise<BatchOutcome<void>> => {
+            await myTurn;
+            try {
+              take();
+              if (batch.length === 0) return { value: undefined, writes: [] };
+              this.options.onBatch?.(batch.length);
+              return await this.decideAll(c, batch, settled);
+            } finally {
+              passTurn();
+            }
+          })();
+          entered = body.catch(() => undefined);
+          return body;
+        },
+        { signal: control.signal, onCommit },
+      );
     } catch (e) {
-      if (entered === null) {
+      clearTimeout(watchdog);
+      if (control.signal.aborted && !(e instanceof BatchFailed && e.committing)) {
+        // Abandoned: whatever the body still awaits is no longer waited for (it can send nothing more).
+        take();
+        passTurn();
+      } else if (entered === null) {
         // BEGIN failed, so the body never ran: take what waits now and fail it, rather than start
         // lane after lane against a database that refuses (a unit queued later starts its own).
         await myTurn;
         take();
         passTurn();
       } else await entered; // the connection may have closed while the body still ran
+      this.options.onAvailability?.(false);
       // Before COMMIT was sent nothing can have committed; a failure after it leaves the outcome unknown.
       const committing = e instanceof BatchFailed && e.committing;
-      const failure = new StoreUnavailable('the database did not commit the decision', committing ? 'unknown' : 'rolled_back', { cause: e });
-      for (const p of batch) p.reject(failure);
+      const failure = committing
+        ? new StoreUnavailable('the database did not confirm the commit of the decision', 'unknown', { cause: e })
+        : notCommitted('the database failed the batch', e);
+      for (const p of batch) this.settle(p, { ok: false, error: failure });
       return;
     }
+    clearTimeout(watchdog);
+    if (batch.length > 0) this.options.onAvailability?.(true);
     batch.forEach((p, i) => {
       const s = settled[i];
-      if (s?.ok === true) p.resolve(s.value);
-      else p.reject(s?.error ?? new Error('unit not run'));
+      this.settle(p, s ?? { ok: false, error: new Error('unit not run') });
     });
   }
 
