@@ -365,7 +365,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   // Within 1 s, always: 503 while the database is unreachable, stalled or read-only (API.md).
   app.get('/readyz', async (c) => {
     const ready = await readiness.isReady();
-    deps.metrics?.databaseAvailable(ready);
+    deps.metrics?.database(ready ? 'available' : 'unavailable');
     return ready ? c.json({ ok: true }) : c.json(unavailable().toBody(), 503);
   });
   app.openAPIRegistry.registerComponent('securitySchemes', 'tenantKey', { type: 'http', scheme: 'bearer' });

@@ -7,6 +7,9 @@
 import { Deadline, within } from '../store/deadline.js';
 
 const POOL_READ_BOUND_MS = 500;
+
+/** What the last batch or readiness check found of the database. */
+export type DatabaseState = 'available' | 'unavailable';
 const LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
@@ -85,9 +88,9 @@ export class Metrics {
     this.deadlines[outcome] += 1;
   }
 
-  /** Whether the database just committed (true) or failed or refused (false) something. */
-  databaseAvailable(available: boolean): void {
-    this.available = available;
+  /** Whether the database just committed something, or failed or refused it. */
+  database(state: DatabaseState): void {
+    this.available = state === 'available';
   }
 
   /** One committed audit batch and how many decisions it held. */

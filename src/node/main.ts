@@ -46,7 +46,7 @@ async function main(): Promise<void> {
     onBatch: (size) => metrics.batch(size),
     onShed: () => metrics.shed(),
     onDeadline: (outcome) => metrics.deadlineExceeded(outcome),
-    onAvailability: (available) => metrics.databaseAvailable(available),
+    onDatabase: (state) => metrics.database(state),
   });
   const app = createApp({ store, writer, keys, now, log, metrics, deadlineMs: config.deadlineMs, maxPending: config.maxPending });
   const server = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, (info) => {

@@ -80,8 +80,8 @@ export interface WriterOptions {
   readonly onShed?: () => void;
   /** A decision answered at its deadline: not committed, or unknown when its COMMIT had been sent. */
   readonly onDeadline?: (outcome: 'not_committed' | 'unknown') => void;
-  /** A batch committed (true) or the database failed one (false). */
-  readonly onAvailability?: (available: boolean) => void;
+  /** A batch committed (`available`) or the database failed one (`unavailable`). */
+  readonly onDatabase?: (state: 'available' | 'unavailable') => void;
 }
 
 /**
@@ -123,11 +123,6 @@ export class DecisionWriter {
   /** Decisions submitted and not yet answered (queued, or in an open batch). */
   get pending(): number {
     return this.pendingCount;
-  }
-
-  /** Decisions waiting for a batch. */
-  get queued(): number {
-    return this.queue.length;
   }
 
   private get deadlineMs(): number {
@@ -276,7 +271,7 @@ export class DecisionWriter {
         take();
         passTurn();
       } else await entered; // the connection may have closed while the body still ran
-      this.options.onAvailability?.(false);
+      this.options.onDatabase?.('unavailable');
       // Before COMMIT was sent nothing can have committed; a failure after it leaves the outcome unknown.
       const committing = e instanceof BatchFailed && e.committing;
       const failure = committing
@@ -286,7 +281,7 @@ export class DecisionWriter {
       return;
     }
     clearTimeout(watchdog);
-    if (batch.length > 0) this.options.onAvailability?.(true);
+    if (batch.length > 0) this.options.onDatabase?.('available');
     batch.forEach((p, i) => {
       const s = settled[i];
       this.settle(p, s ?? { ok: false, error: new Error('unit not run') });

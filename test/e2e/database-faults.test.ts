@@ -317,7 +317,7 @@ describe.skipIf(missing !== null)('a database that falters: fail fast, recover a
 
   test('read-only: /readyz 503 and decisions 503 not committed, then 200 again when writable (point 6)', async () => {
     const cap = await root(server);
-    await cluster.readOnly(true);
+    await cluster.setMode('read-only');
     let answers: Answer[] = [];
     let probe: { status: number | 'timeout'; ms: number };
     try {
@@ -325,7 +325,7 @@ describe.skipIf(missing !== null)('a database that falters: fail fast, recover a
       answers = await Promise.all(Array.from({ length: 10 }, (_, i) => approve(server, cap, `ro-${i}`)));
       probe = await readyz(server);
     } finally {
-      await cluster.readOnly(false);
+      await cluster.setMode('writable');
     }
     expect(probe.status).toBe(503);
     expect(answers.map((a) => [a.status, a.body?.error?.outcome])).toEqual(answers.map(() => [503, 'not_committed']));

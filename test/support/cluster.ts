@@ -57,8 +57,8 @@ export interface Cluster {
   /** SIGSTOP every process of the cluster: connections stay open and nothing answers. */
   stall(): void;
   resume(): void;
-  /** `default_transaction_read_only` on (true) or reset, for every session at its next statement. */
-  readOnly(on: boolean): Promise<void>;
+  /** `default_transaction_read_only` on (`read-only`) or reset (`writable`), for every session at its next statement. */
+  setMode(mode: 'read-only' | 'writable'): Promise<void>;
   /** pg_terminate_backend on every client connection to database `name`; returns how many. */
   terminate(name: string): Promise<number>;
   /** Stops the cluster and removes its directory. */
@@ -127,10 +127,10 @@ export async function startCluster(): Promise<Cluster> {
       for (const pid of stopped) process.kill(pid, 'SIGCONT');
       stopped = [];
     },
-    async readOnly(on) {
+    async setMode(mode) {
       const sql = admin();
       try {
-        await sql.unsafe(on ? 'ALTER SYSTEM SET default_transaction_read_only = on' : 'ALTER SYSTEM RESET default_transaction_read_only');
+        await sql.unsafe(mode === 'read-only' ? 'ALTER SYSTEM SET default_transaction_read_only = on' : 'ALTER SYSTEM RESET default_transaction_read_only');
         await sql.unsafe('SELECT pg_reload_conf()');
       } finally {
         await sql.end({ timeout: 5 });
