@@ -93,6 +93,9 @@ export interface WriterOptions {
  */
 const LANES = 1;
 
+/** What a lane's wait resolves to when it lets go of a batch whose COMMIT is not confirmed. */
+const DETACHED = Symbol('detached');
+
 /** The default of WriterOptions.maxPending. */
 export const DEFAULT_MAX_PENDING = 1024;
 
@@ -235,12 +238,19 @@ export class DecisionWriter {
     const watchdog = setTimeout(() => {
       if (!taken) abandon();
     }, this.deadlineMs);
+    // A COMMIT the database never confirms (a stall, a connection lost without a word) must not hold
+    // the writer: a deadline after it was sent, every unit of it has been answered `unknown`, and the
+    // lane lets go so that the next one can start; the transaction ends whenever the database says.
+    let detach!: (v: typeof DETACHED) => void;
+    const detached = new Promise<typeof DETACHED>((r) => (detach = r));
+    let commitWatch: ReturnType<typeof setTimeout> | undefined;
     const onCommit = (): void => {
       for (const p of batch) if (p.state === 'batched') p.state = 'committing';
+      commitWatch = setTimeout(() => detach(DETACHED), this.deadlineMs);
     };
     let entered = null as Promise<unknown> | null;
     try {
-      await this.run(
+      const running = this.run(
         (c) => {
           const body = (async (): Promise<BatchOutcome<void>> => {
             await myTurn;
@@ -258,8 +268,17 @@ export class DecisionWriter {
         },
         { signal: control.signal, onCommit },
       );
+      running.catch(() => undefined); // a lane that let go no longer awaits it
+      if ((await Promise.race([running, detached])) === DETACHED) {
+        clearTimeout(watchdog);
+        this.options.onDatabase?.('unavailable');
+        const failure = new StoreUnavailable('the database did not confirm the commit of the decision', 'unknown');
+        for (const p of batch) this.settle(p, { ok: false, error: failure });
+        return;
+      }
     } catch (e) {
       clearTimeout(watchdog);
+      clearTimeout(commitWatch);
       if (control.signal.aborted && !(e instanceof BatchFailed && e.committing)) {
         // Abandoned: whatever the body still awaits is no longer waited for (it can send nothing more).
         take();
@@ -281,6 +300,7 @@ export class DecisionWriter {
       return;
     }
     clearTimeout(watchdog);
+    clearTimeout(commitWatch);
     if (batch.length > 0) this.options.onDatabase?.('available');
     batch.forEach((p, i) => {
       const s = settled[i];
