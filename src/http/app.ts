@@ -267,6 +267,9 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   });
 
   app.onError((e, c) => {
+    // Counted here, whatever waited (auth, a claim, a read or the writer): one count per answer.
+    if (e instanceof ApiError && e.status === 503 && c.get('deadline')?.hasPassed() === true)
+      deps.metrics?.deadlineExceeded(e.extra.outcome === 'unknown' ? 'unknown' : 'not_committed');
     if (e instanceof ApiError) return c.json(e.toBody(), e.status);
     if (e instanceof HTTPException && e.status === 415)
       return c.json(new ApiError(415, 'unsupported_media_type', 'the body must be application/json').toBody(), 415);

@@ -83,7 +83,7 @@ export class Metrics {
     this.shedCount += 1;
   }
 
-  /** A decision answered 503 at its deadline, and what its answer said of the outcome. */
+  /** A request answered 503 once its deadline had passed, and what the answer said of the outcome. */
   deadlineExceeded(outcome: 'not_committed' | 'unknown'): void {
     this.deadlines[outcome] += 1;
   }
@@ -108,7 +108,7 @@ export class Metrics {
       '# HELP warrant_decisions_shed_total Decisions refused at once (503) because too many were pending.',
       '# TYPE warrant_decisions_shed_total counter',
       `warrant_decisions_shed_total ${this.shedCount}`,
-      '# HELP warrant_decisions_deadline_exceeded_total Decisions answered 503 at their deadline.',
+      '# HELP warrant_decisions_deadline_exceeded_total Requests answered 503 at their deadline (decisions, and the reads and claims before them).',
       '# TYPE warrant_decisions_deadline_exceeded_total counter',
       `warrant_decisions_deadline_exceeded_total ${this.deadlines.not_committed + this.deadlines.unknown}`,
       '# HELP warrant_decisions_deadline_exceeded_by_outcome_total Decisions answered 503 at their deadline, by what the answer said.',

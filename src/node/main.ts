@@ -45,7 +45,6 @@ async function main(): Promise<void> {
     maxPending: config.maxPending,
     onBatch: (size) => metrics.batch(size),
     onShed: () => metrics.shed(),
-    onDeadline: (outcome) => metrics.deadlineExceeded(outcome),
     onDatabase: (state) => metrics.database(state),
   });
   const app = createApp({ store, writer, keys, now, log, metrics, deadlineMs: config.deadlineMs, maxPending: config.maxPending });

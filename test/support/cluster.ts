@@ -35,6 +35,15 @@ export const clusterUnavailable = (): string | null => {
   return 'missing' in b ? b.missing : null;
 };
 
+/** Sends `sig` to `pid`; a backend that ended since it was listed is no error. */
+function signal(pid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(pid, sig);
+  } catch (e) {
+    if ((e as { code?: string }).code !== 'ESRCH') throw e;
+  }
+}
+
 function freePort(): Promise<number> {
   return new Promise((done, fail) => {
     const s = createServer();
@@ -121,10 +130,10 @@ export async function startCluster(): Promise<Cluster> {
     start,
     stall() {
       stopped = processes();
-      for (const pid of stopped) process.kill(pid, 'SIGSTOP');
+      for (const pid of stopped) signal(pid, 'SIGSTOP');
     },
     resume() {
-      for (const pid of stopped) process.kill(pid, 'SIGCONT');
+      for (const pid of stopped) signal(pid, 'SIGCONT');
       stopped = [];
     },
     async setMode(mode) {
@@ -147,7 +156,7 @@ export async function startCluster(): Promise<Cluster> {
       }
     },
     destroy() {
-      if (stopped.length > 0) for (const pid of stopped) process.kill(pid, 'SIGCONT');
+      for (const pid of stopped) signal(pid, 'SIGCONT');
       try {
         run('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']);
       } catch {
