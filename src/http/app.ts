@@ -11,8 +11,10 @@ import { HTTPException } from 'hono/http-exception';
 import type { ZodError } from 'zod';
 import { ApproveBody, AttenuateBody, Id, MintBody, RevokeBody, TrajectoryId } from '../core/schemas.js';
 import type { KeyRing } from '../crypto/keys.js';
+import { Deadline, DEFAULT_DEADLINE_MS, within } from '../store/deadline.js';
+import { ReadinessProbe } from '../store/readiness.js';
 import type { Store } from '../store/store.js';
-import type { DecisionWriter } from '../store/writer.js';
+import { DEFAULT_MAX_PENDING, type DecisionWriter } from '../store/writer.js';
 import { Authority, Reads, type Reply } from '../service/authority.js';
 import { ApiError, invalidRequest, unavailable, type FieldError } from '../service/errors.js';
 import { newId } from '../crypto/hash.js';
@@ -33,13 +35,19 @@ export interface AppDeps {
   readonly log?: (entry: Record<string, unknown>) => void;
   /** When given, decisions and latencies are counted and served at GET /metrics. */
   readonly metrics?: Metrics;
+  /** Every /v1 request is answered within this many ms (503 `unavailable` past it); default 2000. */
+  readonly deadlineMs?: number;
+  /** Most decision requests (mint, attenuate, approve, revoke) pending at once; beyond it, 503 at once. */
+  readonly maxPending?: number;
 }
 
-type Env = { Variables: { tenantId: string; requestId: string } };
+type Env = { Variables: { tenantId: string; requestId: string; deadline: Deadline } };
 
 export const MAX_BODY_BYTES = 64 * 1024;
 /** Where the audit checkpoint keys are published, without auth. */
 export const AUDIT_KEYS_PATH = '/.well-known/warrant-audit-keys.json';
+/** Verifying a whole chain reads every row of the tenant: bounded, but not by a decision's deadline. */
+const VERIFY_BOUND_MS = 30_000;
 const SWAGGER_UI_VERSION = '5.35.0';
 
 function fieldErrors(error: ZodError, prefix: string): FieldError[] {
@@ -202,6 +210,34 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     ...(deps.checkpointIntervalS === undefined ? {} : { checkpointIntervalS: deps.checkpointIntervalS }),
   });
   const auth = new Authenticator(deps.store, () => deps.now().getTime());
+  const readiness = new ReadinessProbe(() => deps.store.canCommit());
+  // Load shedding counts whole decision requests, not only the writer's queue: during a stall they
+  // pile up as much on their idempotency claims as on the writer.
+  let decisionsPending = 0;
+  const maxPending = deps.maxPending ?? DEFAULT_MAX_PENDING;
+  if (deps.metrics !== undefined) deps.metrics.pendingDecisions = () => decisionsPending;
+  /** Runs a decision request, or refuses it at once (503, nothing committed) when too many are pending. */
+  const admitted = async (decide: () => Promise<Reply>): Promise<Reply> => {
+    if (decisionsPending >= maxPending) {
+      deps.metrics?.shed();
+      throw unavailable();
+    }
+    decisionsPending += 1;
+    try {
+      return await decide();
+    } finally {
+      decisionsPending -= 1;
+    }
+  };
+  /** A read bounded by the request's deadline: past it, 503 (a read changes nothing: not committed). */
+  const bounded = async (c: Context<Env>, read: Promise<Reply>, deadline = c.get('deadline')): Promise<Reply> => {
+    try {
+      return await within(deadline, read);
+    } catch (e) {
+      if (e instanceof ApiError) throw e;
+      throw unavailable();
+    }
+  };
   const app = new OpenAPIHono<Env>({
     defaultHook: (result, c) => {
       if (!result.success) {
@@ -248,6 +284,9 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   });
 
   app.onError((e, c) => {
+    // Counted here, whatever waited (auth, a claim, a read or the writer): one count per answer.
+    if (e instanceof ApiError && e.status === 503 && c.get('deadline')?.hasPassed() === true)
+      deps.metrics?.deadlineExceeded(e.extra.outcome === 'unknown' ? 'unknown' : 'not_committed');
     if (e instanceof ApiError) return c.json(e.toBody(), e.status);
     if (e instanceof HTTPException && e.status === 415)
       return c.json(new ApiError(415, 'unsupported_media_type', 'the body must be application/json').toBody(), 415);
@@ -265,11 +304,14 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
 
   app.use('/v1/*', async (c, next) => {
     c.header('Cache-Control', 'no-store');
+    // The request's deadline starts now: every wait on the database below is bounded by it.
+    const deadline = Deadline.in(deps.deadlineMs ?? DEFAULT_DEADLINE_MS);
+    c.set('deadline', deadline);
     // RFC 7235: the auth scheme is case-insensitive.
     const m = /^Bearer +(\S+)$/i.exec(c.req.header('authorization') ?? '');
     let tenant;
     try {
-      tenant = m === null ? null : await auth.authenticate(m[1] as string);
+      tenant = m === null ? null : await within(deadline, auth.authenticate(m[1] as string));
     } catch {
       throw unavailable();
     }
@@ -283,32 +325,53 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   app.use('/v1/*', jsonBody);
 
   app.openapi(routes.mint, async (c) =>
-    send(c, counted('mint', await authority.mint(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key']))),
+    send(
+      c,
+      counted(
+        'mint',
+        await admitted(() => authority.mint(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'], c.get('deadline'))),
+      ),
+    ),
   );
   app.openapi(routes.attenuate, async (c) =>
-    send(c, counted('attenuate', await authority.attenuate(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key']))),
+    send(
+      c,
+      counted(
+        'attenuate',
+        await admitted(() => authority.attenuate(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'], c.get('deadline'))),
+      ),
+    ),
   );
-  app.openapi(routes.approve, async (c) => send(c, counted('approve', await authority.approve(c.get('tenantId'), c.req.valid('json')))));
-  app.openapi(routes.revoke, async (c) => send(c, counted('revoke', await authority.revoke(c.get('tenantId'), c.req.valid('json')))));
-  app.openapi(routes.get, async (c) => send(c, await reads.capability(c.get('tenantId'), c.req.valid('param').id)));
+  app.openapi(routes.approve, async (c) =>
+    send(c, counted('approve', await admitted(() => authority.approve(c.get('tenantId'), c.req.valid('json'), c.get('deadline'))))),
+  );
+  app.openapi(routes.revoke, async (c) =>
+    send(c, counted('revoke', await admitted(() => authority.revoke(c.get('tenantId'), c.req.valid('json'), c.get('deadline'))))),
+  );
+  app.openapi(routes.get, async (c) => send(c, await bounded(c, reads.capability(c.get('tenantId'), c.req.valid('param').id))));
   app.openapi(routes.audit, async (c) => {
     const q = c.req.valid('query');
     return send(
       c,
-      await reads.audit(c.get('tenantId'), {
-        trajectoryId: q.trajectory_id,
-        capabilityId: q.capability_id,
-        decision: q.decision,
-        event: q.event,
-        afterPos: q.after === undefined ? undefined : Number(q.after),
-        limit: q.limit ?? 100,
-      }),
+      await bounded(
+        c,
+        reads.audit(c.get('tenantId'), {
+          trajectoryId: q.trajectory_id,
+          capabilityId: q.capability_id,
+          decision: q.decision,
+          event: q.event,
+          afterPos: q.after === undefined ? undefined : Number(q.after),
+          limit: q.limit ?? 100,
+        }),
+      ),
     );
   });
-  app.openapi(routes.verify, async (c) => send(c, await reads.verifyAudit(c.get('tenantId'))));
+  app.openapi(routes.verify, async (c) =>
+    send(c, await bounded(c, reads.verifyAudit(c.get('tenantId')), Deadline.in(Math.max(VERIFY_BOUND_MS, deps.deadlineMs ?? 0)))),
+  );
   app.openapi(routes.receipt, async (c) => {
     try {
-      return send(c, await reads.receipt(c.get('tenantId'), c.req.valid('param').id));
+      return send(c, await bounded(c, reads.receipt(c.get('tenantId'), c.req.valid('param').id)));
     } catch (e) {
       if (e instanceof ApiError && e.code === 'not_yet_covered') c.header('Retry-After', String(e.extra.retry_after_s));
       throw e;
@@ -335,13 +398,11 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   app.get('/healthz', (c) => c.json({ ok: true }));
   const metrics = deps.metrics;
   if (metrics !== undefined) app.get('/metrics', async (c) => c.text(await metrics.render(), 200, { 'Content-Type': 'text/plain; version=0.0.4' }));
+  // Within 1 s, always: 503 while the database is unreachable, stalled or read-only (API.md).
   app.get('/readyz', async (c) => {
-    try {
-      await deps.store.ping();
-      return c.json({ ok: true });
-    } catch {
-      return c.json(unavailable().toBody(), 503);
-    }
+    const ready = await readiness.isReady();
+    deps.metrics?.database(ready ? 'available' : 'unavailable');
+    return ready ? c.json({ ok: true }) : c.json(unavailable().toBody(), 503);
   });
   app.openAPIRegistry.registerComponent('securitySchemes', 'tenantKey', { type: 'http', scheme: 'bearer' });
   // The keyless routes are plain handlers above; listed here so the document covers all of API.md.
@@ -350,7 +411,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     [AUDIT_KEYS_PATH, 'Audit checkpoint public keys (JWKS)', []],
     ['/openapi.json', 'This document', []],
     ['/healthz', 'Liveness', []],
-    ['/readyz', 'Readiness: 503 while the database is unreachable', [503]],
+    ['/readyz', 'Readiness: 503 while decisions cannot commit (database unreachable, stalled or read-only); answers within 1 s', [503]],
   ];
   for (const [path, summary, failures] of keyless) {
     app.openAPIRegistry.registerPath({

@@ -4,6 +4,12 @@
  * I/O); the Node entry serves them at GET /metrics. Labels never carry tokens, keys or ids.
  */
 
+import { Deadline, within } from '../store/deadline.js';
+
+const POOL_READ_BOUND_MS = 500;
+
+/** What the last batch or readiness check found of the database. */
+export type DatabaseState = 'available' | 'unavailable';
 const LATENCY_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
@@ -46,6 +52,13 @@ export class Metrics {
   poolUse?: () => Promise<PoolUse>;
   /** CPU seconds this process has used (user + system), read at each scrape when set (Node only). */
   cpuSeconds?: () => number;
+  /** Decisions pending in the writer (queued or in an open batch), read at each scrape when set. */
+  pendingDecisions?: () => number;
+
+  private shedCount = 0;
+  private readonly deadlines = { not_committed: 0, unknown: 0 };
+  /** 1 or 0 from the last thing that reached the database (a batch, a readiness check); unset before. */
+  private available: boolean | undefined;
 
   private readonly decisions = new Map<string, number>();
   private readonly latency = new Map<string, Histogram>();
@@ -66,6 +79,21 @@ export class Metrics {
     h.observe(seconds);
   }
 
+  /** A decision refused at once because too many were pending (load shedding). */
+  shed(): void {
+    this.shedCount += 1;
+  }
+
+  /** A request answered 503 once its deadline had passed, and what the answer said of the outcome. */
+  deadlineExceeded(outcome: 'not_committed' | 'unknown'): void {
+    this.deadlines[outcome] += 1;
+  }
+
+  /** Whether the database just committed something, or failed or refused it. */
+  database(state: DatabaseState): void {
+    this.available = state === 'available';
+  }
+
   /** One committed audit batch and how many decisions it held. */
   batch(size: number): void {
     this.batches.observe(size);
@@ -79,9 +107,34 @@ export class Metrics {
 
   /** The exposition text. */
   async render(): Promise<string> {
-    const pool = await this.poolUse?.().catch(() => undefined);
+    // Bounded: a scrape during a database stall still answers, without the pool's figures.
+    const pool = this.poolUse === undefined ? undefined : await within(Deadline.in(POOL_READ_BOUND_MS), this.poolUse()).catch(() => undefined);
     const cpu = this.cpuSeconds?.();
+    const pending = this.pendingDecisions?.();
     const out = [
+      '# HELP warrant_decisions_shed_total Decisions refused at once (503) because too many were pending.',
+      '# TYPE warrant_decisions_shed_total counter',
+      `warrant_decisions_shed_total ${this.shedCount}`,
+      '# HELP warrant_decisions_deadline_exceeded_total Requests answered 503 at their deadline (decisions, and the reads and claims before them).',
+      '# TYPE warrant_decisions_deadline_exceeded_total counter',
+      `warrant_decisions_deadline_exceeded_total ${this.deadlines.not_committed + this.deadlines.unknown}`,
+      '# HELP warrant_decisions_deadline_exceeded_by_outcome_total Decisions answered 503 at their deadline, by what the answer said.',
+      '# TYPE warrant_decisions_deadline_exceeded_by_outcome_total counter',
+      ...Object.entries(this.deadlines).map(([o, n]) => `warrant_decisions_deadline_exceeded_by_outcome_total{outcome="${o}"} ${n}`),
+      ...(pending === undefined
+        ? []
+        : [
+            '# HELP warrant_decisions_pending Decisions waiting for their audit commit (queued or in an open batch).',
+            '# TYPE warrant_decisions_pending gauge',
+            `warrant_decisions_pending ${pending}`,
+          ]),
+      ...(this.available === undefined
+        ? []
+        : [
+            '# HELP warrant_db_available 1 when the last batch or readiness check reached a writable database, else 0.',
+            '# TYPE warrant_db_available gauge',
+            `warrant_db_available ${this.available ? 1 : 0}`,
+          ]),
       '# HELP warrant_decisions_total Decisions by event, decision and reason code.',
       '# TYPE warrant_decisions_total counter',
       ...[...this.decisions].map(([k, n]) => `warrant_decisions_total{${k}} ${n}`),

@@ -1,5 +1,10 @@
 /** Configuration from the environment (README "Configuration"). */
 import { resolve } from 'node:path';
+import { DEFAULT_DEADLINE_MS } from '../store/deadline.js';
+import { DEFAULT_MAX_PENDING } from '../store/writer.js';
+
+/** The default of WARRANT_STATEMENT_TIMEOUT_MS. */
+export const DEFAULT_STATEMENT_TIMEOUT_MS = 5000;
 
 export interface Config {
   readonly port: number;
@@ -14,6 +19,21 @@ export interface Config {
   readonly checkpointIntervalS: number;
   /** Where each tenant's checkpoints are appended, one JSON-lines file per tenant. */
   readonly checkpointDir: string;
+  /** WARRANT_DEADLINE_MS: every request needing the database is answered within it (503 past it). */
+  readonly deadlineMs: number;
+  /** WARRANT_MAX_PENDING: most decisions pending at once; beyond it, 503 at once (load shedding). */
+  readonly maxPending: number;
+  /** WARRANT_STATEMENT_TIMEOUT_MS: statement and idle-in-transaction timeout of every connection. */
+  readonly statementTimeoutMs: number;
+}
+
+/** A positive integer variable, or its default when unset. */
+function positiveInt(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a positive integer`);
+  return n;
 }
 
 export function readConfig(env: NodeJS.ProcessEnv): Config {
@@ -36,6 +56,9 @@ export function readConfig(env: NodeJS.ProcessEnv): Config {
     keysDir,
     checkpointIntervalS: interval,
     checkpointDir: resolve(env.WARRANT_CHECKPOINT_DIR ?? `${keysDir}/checkpoints`),
+    deadlineMs: positiveInt(env, 'WARRANT_DEADLINE_MS', DEFAULT_DEADLINE_MS),
+    maxPending: positiveInt(env, 'WARRANT_MAX_PENDING', DEFAULT_MAX_PENDING),
+    statementTimeoutMs: positiveInt(env, 'WARRANT_STATEMENT_TIMEOUT_MS', DEFAULT_STATEMENT_TIMEOUT_MS),
   };
 }
 

@@ -14,7 +14,7 @@ import { migrate as migratePostgres } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
 import type { PoolUse } from '../http/metrics.js';
 import type { Db } from '../store/store.js';
-import type { Config } from './config.js';
+import { DEFAULT_STATEMENT_TIMEOUT_MS, type Config } from './config.js';
 
 export const MIGRATIONS = resolve(dirname(fileURLToPath(import.meta.url)), '../../db/migrations');
 let poolCounter = 0;
@@ -38,21 +38,49 @@ export interface DatabaseOptions {
   /** PGlite only: start from this dump of a data directory (see PGlite `loadDataDir`). */
   readonly loadDataDir?: Blob;
   readonly poolSize?: number;
+  /** PostgreSQL only: statement_timeout and idle_in_transaction_session_timeout of every connection (ms). */
+  readonly statementTimeoutMs?: number;
 }
+
+/**
+ * Seconds before postgres.js reconnects a closed connection: short and jittered. Its default grows
+ * with every failed attempt (3^n / 100 s, up to 20 s) and the count is shared by the whole pool, so
+ * after a restart or a mass termination a healthy database went unused for 10–20 s (issue 13).
+ */
+const reconnectDelay = (): number => 0.05 + Math.random() * 0.1;
 
 /** The database the configuration names: DATABASE_URL's server, else PGlite in WARRANT_DATA_DIR. */
 export function openConfiguredDatabase(config: Config): Promise<Database> {
-  return openDatabase(config.databaseUrl === undefined ? { dataDir: config.dataDir } : { databaseUrl: config.databaseUrl });
+  return openDatabase(
+    config.databaseUrl === undefined ? { dataDir: config.dataDir } : { databaseUrl: config.databaseUrl, statementTimeoutMs: config.statementTimeoutMs },
+  );
 }
 
 export async function openDatabase(o: DatabaseOptions): Promise<Database> {
-  return o.databaseUrl !== undefined ? openPostgres(o.databaseUrl, o.poolSize ?? 10) : openPglite(o);
+  return o.databaseUrl !== undefined ? openPostgres(o.databaseUrl, o.poolSize ?? 10, o.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS) : openPglite(o);
 }
 
-function openPostgres(url: string, max: number): Database {
+function openPostgres(url: string, max: number, timeoutMs: number): Database {
   // A name per process and pool, so pg_stat_activity can tell this pool's connections apart.
   const applicationName = `warrant-${process.pid}-${(poolCounter += 1)}`;
-  const client = postgres(url, { max, connect_timeout: 5, idle_timeout: 60, onnotice: () => {}, connection: { application_name: applicationName } });
+  const client = postgres(url, {
+    max,
+    connect_timeout: 5,
+    idle_timeout: 60,
+    backoff: reconnectDelay,
+    // postgres.js fetches the array types on each new connection without observing that query: a
+    // connection terminated meanwhile was an unhandled rejection, which ended the process (issue 13).
+    // drizzle parses and writes array columns from their text form, so nothing needs those types.
+    fetch_types: false,
+    onnotice: () => {},
+    // Sent in the startup packet: the server stops work nobody waits for any more, and ends a
+    // transaction left open (its locks with it) rather than let it block every decision.
+    connection: {
+      application_name: applicationName,
+      statement_timeout: timeoutMs,
+      idle_in_transaction_session_timeout: timeoutMs,
+    },
+  });
   return {
     kind: 'postgres',
     db: drizzlePostgres(client),
@@ -76,6 +104,20 @@ function openPostgres(url: string, max: number): Database {
       await client.end({ timeout: 5 });
     },
   };
+}
+
+/**
+ * Whether an error comes from the database or the connection to it (postgres.js, a socket): such an
+ * error is never a reason to end the process, whoever failed to observe it.
+ */
+export function isDatabaseError(e: unknown): boolean {
+  if (e instanceof postgres.PostgresError) return true;
+  if (typeof e !== 'object' || e === null) return false;
+  const { code, stack } = e as { code?: unknown; stack?: unknown };
+  // postgres.js's own codes, and the socket errors of reaching a database (not, say, EADDRINUSE).
+  if (typeof code === 'string' && /^(CONNECTION_|CONNECT_TIMEOUT$|ECONNREFUSED$|ECONNRESET$|EPIPE$|ETIMEDOUT$|EHOSTUNREACH$|ENETUNREACH$)/.test(code))
+    return true;
+  return typeof stack === 'string' && /node_modules[\\/]postgres[\\/]/.test(stack);
 }
 
 async function openPglite(o: DatabaseOptions): Promise<Database> {

@@ -1,9 +1,11 @@
 /**
  * The Node server entry: configuration from the environment, embedded PGlite when DATABASE_URL is
- * unset, migrations at start, and a clean shutdown on SIGTERM/SIGINT (stop accepting, flush the
- * decision writer, close the database, exit).
+ * unset, migrations at start, and a hitless shutdown on SIGTERM/SIGINT (stop accepting, answer every
+ * request already received, flush the decision writer, close the database, exit).
  */
 import { writeFileSync } from 'node:fs';
+import type { Server as HttpServer } from 'node:http';
+import { Server as NetServer } from 'node:net';
 import { join } from 'node:path';
 import { serve } from '@hono/node-server';
 import { createApp } from '../http/app.js';
@@ -14,7 +16,7 @@ import { DecisionWriter } from '../store/writer.js';
 import { Checkpointer } from '../audit/service.js';
 import { log, readConfig } from './config.js';
 import { FileSink } from './file-sink.js';
-import { openConfiguredDatabase } from './db.js';
+import { isDatabaseError, openConfiguredDatabase } from './db.js';
 import { loadKeys } from './keyfile.js';
 
 async function main(): Promise<void> {
@@ -46,10 +48,25 @@ async function main(): Promise<void> {
   };
   const writer = new DecisionWriter(database.db, {
     now,
+    deadlineMs: config.deadlineMs,
+    maxPending: config.maxPending,
     onBatch: (size) => metrics.batch(size),
     onDefer: (retried, waited) => metrics.treeLocked(retried, waited),
+    onShed: () => metrics.shed(),
+    onDatabase: (state) => metrics.database(state),
   });
-  const app = createApp({ store, writer, keys, auditKeys, checkpointIntervalS: config.checkpointIntervalS, now, log, metrics });
+  const app = createApp({
+    store,
+    writer,
+    keys,
+    auditKeys,
+    checkpointIntervalS: config.checkpointIntervalS,
+    now,
+    log,
+    metrics,
+    deadlineMs: config.deadlineMs,
+    maxPending: config.maxPending,
+  });
   const checkpointer = new Checkpointer({
     db: database.db,
     keys: auditKeys,
@@ -62,25 +79,85 @@ async function main(): Promise<void> {
   log({ msg: 'audit checkpoints', every_s: config.checkpointIntervalS, sink: config.checkpointDir, audit_kid: auditKeys.activeKid });
   const server = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, (info) => {
     log({ msg: `listening on http://${config.host}:${info.port}`, port: info.port, kid: keys.activeKid });
-  });
+  }) as HttpServer;
+  const requests = trackRequests(server);
 
   let stopping = false;
   const stop = (signal: string): void => {
     if (stopping) return;
     stopping = true;
-    log({ msg: 'shutting down', signal });
-    server.close();
+    log({ msg: 'shutting down', signal, in_flight: requests.inFlight() });
+    // Every request is answered within the deadline, so this bound is only for the unforeseen.
+    setTimeout(() => process.exit(1), 3 * config.deadlineMs + 10_000).unref();
     void (async () => {
+      await requests.drain(config.deadlineMs + 2000);
       await writer.flush();
       await checkpointer.stop();
       await database.close();
       process.exit(0);
     })();
-    setTimeout(() => process.exit(1), 10_000).unref();
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
 }
+
+/** Quiet time after the last answer before idle connections are closed: requests already on the wire arrive. */
+const DRAIN_GRACE_MS = 150;
+
+/**
+ * Counts the requests being answered, and drains them on shutdown without cutting any off: the
+ * listening socket closes (no new connections), requests on open connections are still read and
+ * answered, each answer now with `Connection: close` so the client opens no further request on it,
+ * and idle connections are closed only once nothing has been in flight for a moment.
+ */
+function trackRequests(server: HttpServer): { inFlight(): number; drain(boundMs: number): Promise<void> } {
+  let inFlight = 0;
+  let draining = false;
+  let lastDone = performance.now();
+  server.prependListener('request', (_req, res) => {
+    inFlight += 1;
+    if (draining) res.setHeader('Connection', 'close');
+    res.once('close', () => {
+      inFlight -= 1;
+      lastDone = performance.now();
+    });
+  });
+  const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+  return {
+    inFlight: () => inFlight,
+    async drain(boundMs) {
+      draining = true;
+      // net.Server's close stops accepting; http.Server's would also cut idle keep-alive connections
+      // at once, resetting any request a client is sending on one at this moment.
+      NetServer.prototype.close.call(server);
+      const until = performance.now() + boundMs;
+      while (performance.now() < until && (inFlight > 0 || performance.now() - lastDone < DRAIN_GRACE_MS)) await sleep(20);
+      server.closeIdleConnections();
+      while (performance.now() < until && inFlight > 0) await sleep(20);
+      server.closeAllConnections();
+    },
+  };
+}
+
+/** An error's description for the log: its name, code and message, never a query's parameters. */
+function describe(e: unknown): Record<string, unknown> {
+  if (!(e instanceof Error)) return { error: String(e) };
+  return { error: e.message, name: e.name, code: (e as { code?: unknown }).code };
+}
+
+/**
+ * No database error ends the process (issue 13): postgres.js leaves some of its own promises
+ * unobserved (the array-type query of a new connection, before fetch_types was turned off), and a
+ * connection lost at the wrong moment rejects them. Anything else unobserved is a bug: exit.
+ */
+process.on('unhandledRejection', (e) => {
+  if (isDatabaseError(e)) {
+    log({ level: 'warn', msg: 'ignored an unobserved database error', ...describe(e) });
+    return;
+  }
+  log({ level: 'fatal', msg: 'unhandled rejection', ...describe(e), stack: e instanceof Error ? e.stack : undefined });
+  process.exit(1);
+});
 
 /**
  * postgres.js 3.4.9 can throw from a `setImmediate` write after a connection dropped (its socket is
@@ -91,6 +168,10 @@ async function main(): Promise<void> {
 process.on('uncaughtException', (e) => {
   if (e instanceof TypeError && /\bnextWrite\b[^\n]*postgres[\\/]src[\\/]connection\.js/.test(e.stack ?? '')) {
     log({ level: 'warn', msg: 'ignored a write on a closed database connection (postgres.js)' });
+    return;
+  }
+  if (isDatabaseError(e)) {
+    log({ level: 'warn', msg: 'ignored a database error nothing caught', ...describe(e) });
     return;
   }
   log({ level: 'fatal', msg: 'uncaught exception', error: e.stack ?? e.message });

@@ -29,9 +29,10 @@ import { latestCheckpoint, leafOf, proveInclusion } from '../audit/checkpointer.
 import type { Receipt } from '../audit/receipt.js';
 import { verifyStoredAudit } from '../audit/verify.js';
 import { hashedFields } from '../store/audit.js';
+import { within, type Deadline } from '../store/deadline.js';
 import { StoreUnavailable, type AuditFilter, type AuditRecord, type Store } from '../store/store.js';
 import { FenceLost, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
-import { ApiError, invalidRequest, unavailable, type FieldError } from './errors.js';
+import { ApiError, invalidRequest, unavailableFrom, type FieldError } from './errors.js';
 import { TokenCache } from './token-cache.js';
 
 export interface AuthorityDeps {
@@ -93,7 +94,8 @@ export class Authority {
 
   // ---- mint -----------------------------------------------------------------------------------
 
-  async mint(tenantId: string, body: MintBody, idempotencyKey: string | undefined): Promise<Reply> {
+  /** `deadline`: answer by then (503 `unavailable` when the decision cannot commit by then); none: the writer's default. */
+  async mint(tenantId: string, body: MintBody, idempotencyKey: string | undefined, deadline?: Deadline): Promise<Reply> {
     const errors: FieldError[] = [];
     const objects = canonicalObjects(body.objects, errors);
     const predicate = canonicalPred(body.predicate, errors);
@@ -112,33 +114,38 @@ export class Authority {
       nbf: iat,
       exp: iat + body.ttl_s,
     };
-    return this.issue(tenantId, 'mint', idempotencyKey, body, async (fence) => {
+    return this.issue(tenantId, 'mint', { key: idempotencyKey, deadline }, body, async (fence) => {
       const token = await signToken(this.deps.keys, claims);
-      return this.deps.writer.submit({
-        tenantId,
-        fence,
-        newTree: claims.id,
-        run: async (tx) => {
-          await tx.insertCapability(this.newRow(claims, []));
-          return this.issued('mint', claims, token);
+      return this.deps.writer.submit(
+        {
+          tenantId,
+          fence,
+          newTree: claims.id,
+          run: async (tx) => {
+            await tx.insertCapability(this.newRow(claims, []));
+            return this.issued('mint', claims, token);
+          },
         },
-      });
+        deadline,
+      );
     });
   }
 
   // ---- attenuate ------------------------------------------------------------------------------
 
-  async attenuate(tenantId: string, body: AttenuateBody, idempotencyKey: string | undefined): Promise<Reply> {
+  /** `deadline`: as for mint. */
+  async attenuate(tenantId: string, body: AttenuateBody, idempotencyKey: string | undefined, deadline?: Deadline): Promise<Reply> {
     const errors: FieldError[] = [];
     const objects = canonicalObjects(body.objects, errors);
     const predicate = canonicalPred(body.predicate, errors);
     if (errors.length > 0) throw invalidRequest(errors);
     const verified = await this.tokens.verify(body.parent_token);
-    return this.issue(tenantId, 'attenuate', idempotencyKey, body, async (fence) => {
+    return this.issue(tenantId, 'attenuate', { key: idempotencyKey, deadline }, body, async (fence) => {
       if (!verified.ok || verified.capability.tenant !== tenantId) {
         const detail = !verified.ok ? verified.message : 'the parent capability belongs to another tenant';
         return this.deps.writer.submit(
           this.refusal(tenantId, fence, null, body.trajectory_id ?? null, [{ component: 'parent', code: 'parent_invalid', detail }]),
+          deadline,
         );
       }
       const parent = verified.capability;
@@ -156,37 +163,40 @@ export class Authority {
       };
       const violations = checkAttenuation(parent, child, iat * 1000);
       const token = violations.length === 0 ? await signToken(this.deps.keys, claims) : '';
-      return this.deps.writer.submit({
-        tenantId,
-        fence,
-        chainOf: parent.id,
-        run: async (tx, now) => {
-          const chain = await tx.lockChain(tenantId, parent.id);
-          const all = [...violations];
-          if (chain.length === 0 || chain[chain.length - 1]?.id !== parent.id) {
-            all.unshift({ component: 'parent', code: 'parent_invalid', detail: 'the parent capability is not known to this authority' });
-          } else {
-            const revoked = chain.find((l) => l.revoked);
-            if (revoked !== undefined)
-              all.unshift({
-                component: 'parent',
-                code: 'parent_revoked',
-                detail: revoked.id === parent.id ? 'the parent capability is revoked' : `ancestor ${revoked.id} is revoked`,
-              });
-            if (parent.exp * 1000 <= now.getTime() && !all.some((v) => v.code === 'parent_expired')) {
-              all.unshift({ component: 'parent', code: 'parent_expired', detail: 'the parent capability has expired' });
+      return this.deps.writer.submit(
+        {
+          tenantId,
+          fence,
+          chainOf: parent.id,
+          run: async (tx, now) => {
+            const chain = await tx.lockChain(tenantId, parent.id);
+            const all = [...violations];
+            if (chain.length === 0 || chain[chain.length - 1]?.id !== parent.id) {
+              all.unshift({ component: 'parent', code: 'parent_invalid', detail: 'the parent capability is not known to this authority' });
+            } else {
+              const revoked = chain.find((l) => l.revoked);
+              if (revoked !== undefined)
+                all.unshift({
+                  component: 'parent',
+                  code: 'parent_revoked',
+                  detail: revoked.id === parent.id ? 'the parent capability is revoked' : `ancestor ${revoked.id} is revoked`,
+                });
+              if (parent.exp * 1000 <= now.getTime() && !all.some((v) => v.code === 'parent_expired')) {
+                all.unshift({ component: 'parent', code: 'parent_expired', detail: 'the parent capability has expired' });
+              }
             }
-          }
-          if (all.length > 0) return this.refusal(tenantId, fence, parent.id, claims.trajectory, all).run(tx, now);
-          await tx.insertCapability(
-            this.newRow(
-              claims,
-              chain.map((l) => l.id),
-            ),
-          );
-          return this.issued('attenuate', claims, token);
+            if (all.length > 0) return this.refusal(tenantId, fence, parent.id, claims.trajectory, all).run(tx, now);
+            await tx.insertCapability(
+              this.newRow(
+                claims,
+                chain.map((l) => l.id),
+              ),
+            );
+            return this.issued('attenuate', claims, token);
+          },
         },
-      });
+        deadline,
+      );
     });
   }
 
@@ -271,11 +281,11 @@ export class Authority {
   private async issue(
     tenantId: string,
     scope: 'mint' | 'attenuate',
-    key: string | undefined,
+    { key, deadline }: { key: string | undefined; deadline: Deadline | undefined },
     body: unknown,
     decide: (fence: Fence | null) => Promise<IssueResult>,
   ): Promise<Reply> {
-    const outcome = await this.idempotent({ tenantId, scope, key }, key === undefined ? undefined : hashJson(body), decide);
+    const outcome = await this.idempotent({ tenantId, scope, key }, key === undefined ? undefined : hashJson(body), decide, deadline);
     if ('replay' in outcome) return this.replayIssued(outcome.replay);
     return outcome.result.response;
   }
@@ -294,7 +304,8 @@ export class Authority {
 
   // ---- approve --------------------------------------------------------------------------------
 
-  async approve(tenantId: string, body: ApproveBody): Promise<Reply> {
+  /** `deadline`: as for mint. */
+  async approve(tenantId: string, body: ApproveBody, deadline?: Deadline): Promise<Reply> {
     const errors: FieldError[] = [];
     const target = canonicalTarget(body.target);
     if (!target.ok)
@@ -306,17 +317,22 @@ export class Authority {
     const callId = body.call_id ?? null;
 
     const verified = await this.tokens.verify(body.token);
-    if (!verified.ok)
-      return this.approveReply(await this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, deny(verified.code, verified.message))));
+    if (!verified.ok) {
+      const d = deny(verified.code, verified.message);
+      return this.approveReply(await this.guard(() => this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, d), deadline)));
+    }
     const cap = verified.capability;
     if (cap.tenant !== tenantId) {
       const d = deny('tenant_mismatch', 'the capability belongs to another tenant');
-      return this.approveReply(await this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, d)));
+      return this.approveReply(await this.guard(() => this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, d), deadline)));
     }
     // Hashed only when a call_id asks for idempotency: it is on every approval's path otherwise.
     const requestHash = callId === null ? undefined : hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args });
-    const outcome = await this.idempotent({ tenantId, scope: 'approve', key: callId === null ? undefined : `${cap.id}:${callId}` }, requestHash, (fence) =>
-      this.deps.writer.submit(this.approveUnit(tenantId, fence, cap, req, callId, null)),
+    const outcome = await this.idempotent(
+      { tenantId, scope: 'approve', key: callId === null ? undefined : `${cap.id}:${callId}` },
+      requestHash,
+      (fence) => this.deps.writer.submit(this.approveUnit(tenantId, fence, cap, req, callId, null), deadline),
+      deadline,
     );
     return 'replay' in outcome ? outcome.replay : this.approveReply(outcome.result);
   }
@@ -384,41 +400,45 @@ export class Authority {
 
   // ---- revoke ---------------------------------------------------------------------------------
 
-  async revoke(tenantId: string, body: RevokeBody): Promise<Reply> {
+  /** `deadline`: as for mint. */
+  async revoke(tenantId: string, body: RevokeBody, deadline?: Deadline): Promise<Reply> {
     const reason = body.reason ?? null;
     // A capability's trajectory never changes: read it first, so the revoke row is found by trajectory.
-    const target = await this.guard(() => this.deps.store.getCapability(tenantId, body.capability_id));
+    const target = await this.guard(() => this.deps.store.getCapability(tenantId, body.capability_id), deadline);
     if (target === null) throw new ApiError(404, 'not_found', 'no such capability');
     const revoked = await this.guard(() =>
-      this.deps.writer.submit<string[] | null>({
-        tenantId,
-        fence: null,
-        chainOf: body.capability_id,
-        writesSubtree: true,
-        run: async (tx, now) => {
-          const chain = await tx.lockChain(tenantId, body.capability_id);
-          const self = chain[chain.length - 1];
-          if (self?.id !== body.capability_id) return { result: null, audit: null };
-          const ids = await tx.revokeSubtree(tenantId, body.capability_id, now, reason);
-          return {
-            result: ids,
-            audit: {
-              id: newId('aud'),
-              event: 'revoke',
-              decision: 'grant',
-              reasonCode: null,
-              capabilityId: body.capability_id,
-              parentId: chain[chain.length - 2]?.id ?? null,
-              trajectoryId: target.record.trajectoryId,
-              op: null,
-              target: null,
-              cost: null,
-              callId: null,
-              detail: { revoked: ids, reason },
-            },
-          };
+      this.deps.writer.submit<string[] | null>(
+        {
+          tenantId,
+          fence: null,
+          chainOf: body.capability_id,
+          writesSubtree: true,
+          run: async (tx, now) => {
+            const chain = await tx.lockChain(tenantId, body.capability_id);
+            const self = chain[chain.length - 1];
+            if (self?.id !== body.capability_id) return { result: null, audit: null };
+            const ids = await tx.revokeSubtree(tenantId, body.capability_id, now, reason);
+            return {
+              result: ids,
+              audit: {
+                id: newId('aud'),
+                event: 'revoke',
+                decision: 'grant',
+                reasonCode: null,
+                capabilityId: body.capability_id,
+                parentId: chain[chain.length - 2]?.id ?? null,
+                trajectoryId: target.record.trajectoryId,
+                op: null,
+                target: null,
+                cost: null,
+                callId: null,
+                detail: { revoked: ids, reason },
+              },
+            };
+          },
         },
-      }),
+        deadline,
+      ),
     );
     if (revoked === null) throw new ApiError(404, 'not_found', 'no such capability');
     return { status: 200, body: { revoked } };
@@ -431,10 +451,17 @@ export class Authority {
     k: Omit<IdemKey, 'key'> & { key: string | undefined },
     requestHash: string | undefined,
     decide: (fence: Fence | null) => Promise<R>,
+    deadline: Deadline | undefined,
   ): Promise<{ result: R } | { replay: StoredResponse }> {
+    // The writer bounds `decide` by the deadline itself, knowing whether COMMIT was sent.
     if (k.key === undefined || requestHash === undefined) return { result: await this.guard(() => decide(null)) };
     const key: IdemKey = { tenantId: k.tenantId, scope: k.scope, key: k.key };
-    const c = await this.guard(() => claim(this.deps.store.db, key, requestHash, newId('own'), this.deps.now()));
+    const claiming = claim(this.deps.store.db, key, requestHash, newId('own'), this.deps.now());
+    const c = await this.guard(() => claiming, deadline).catch((e: unknown) => {
+      // A claim that lands after the deadline decided nothing: give the key back for the repeat.
+      void claiming.then((late) => (late.kind === 'claimed' ? release(this.deps.store.db, late.fence) : undefined)).catch(() => undefined);
+      throw e;
+    });
     switch (c.kind) {
       case 'completed':
         return { replay: c.response };
@@ -446,9 +473,12 @@ export class Authority {
         try {
           return { result: await decide(c.fence) };
         } catch (e) {
-          await this.settleFailure(c.fence, e);
+          // Settled in the background once the deadline has passed: the answer must not wait for it.
+          const settling = this.settleFailure(c.fence, e);
+          if (deadline === undefined) await settling;
+          else await within(deadline, settling).catch(() => undefined);
           if (e instanceof FenceLost) throw new ApiError(409, 'in_flight', 'the idempotency key was taken over by a repeat of this request');
-          throw e instanceof ApiError ? e : e instanceof StoreUnavailable ? unavailable() : e;
+          throw e instanceof ApiError ? e : e instanceof StoreUnavailable ? unavailableFrom(e) : e;
         }
     }
   }
@@ -462,13 +492,16 @@ export class Authority {
     }
   }
 
-  /** Any store failure becomes 503: fail closed. */
-  private async guard<R>(f: () => Promise<R>): Promise<R> {
+  /**
+   * Any store failure becomes 503: fail closed, saying whether the outcome is unknown. With a
+   * deadline, the wait is bounded by it (for reads and claims, which decide nothing).
+   */
+  private async guard<R>(f: () => Promise<R>, deadline?: Deadline): Promise<R> {
     try {
-      return await f();
+      return await (deadline === undefined ? f() : within(deadline, f()));
     } catch (e) {
       if (e instanceof ApiError) throw e;
-      throw unavailable();
+      throw unavailableFrom(e);
     }
   }
 }

@@ -1,4 +1,5 @@
 /** The one error class of the service: a stable `code` and HTTP status, as API.md lists them. */
+import { StoreUnavailable } from '../store/store.js';
 
 export interface FieldError {
   readonly path: string;
@@ -26,4 +27,23 @@ export function invalidRequest(fields: readonly FieldError[]): ApiError {
   return new ApiError(400, 'invalid_request', message, { fields });
 }
 
-export const unavailable = (): ApiError => new ApiError(503, 'unavailable', 'the authority cannot reach its database; nothing was granted');
+/**
+ * What a 503 `unavailable` says of the request's effect, in `error.outcome`: `not_committed`, it
+ * certainly changed nothing (repeat it freely); `unknown`, its COMMIT was sent and not confirmed, so
+ * it may have taken effect (repeat it with the same call_id / Idempotency-Key to learn which).
+ */
+export type UnavailableOutcome = 'not_committed' | 'unknown';
+
+/** 503 `unavailable`: the authority fails closed. */
+export function unavailable(outcome: UnavailableOutcome = 'not_committed'): ApiError {
+  const message =
+    outcome === 'unknown'
+      ? 'the database did not confirm whether the decision committed: repeat the request with the same call_id / Idempotency-Key to learn its outcome'
+      : 'the authority could not reach its database in time; nothing was committed or granted';
+  return new ApiError(503, 'unavailable', message, { outcome });
+}
+
+/** The 503 for a failure of the store: `unknown` only when a COMMIT was sent and not confirmed. */
+export function unavailableFrom(e: unknown): ApiError {
+  return unavailable(e instanceof StoreUnavailable && e.outcome === 'unknown' ? 'unknown' : 'not_committed');
+}

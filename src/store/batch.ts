@@ -42,7 +42,36 @@ export class BatchFailed extends Error {
   }
 }
 
-export type BatchRunner = <T>(body: (c: BatchConn) => Promise<BatchOutcome<T>>) => Promise<T>;
+/**
+ * How the writer steers one batch: `signal` abandons it (its deadline passed) as long as COMMIT has
+ * not been sent, and `onCommit` is called at the moment COMMIT is about to be sent, after which the
+ * batch can no longer be abandoned and its outcome is unknown until the database answers.
+ */
+export interface BatchControl {
+  readonly signal?: AbortSignal;
+  readonly onCommit?: () => void;
+}
+
+/** The batch was abandoned before COMMIT was sent (its deadline passed): nothing of it can commit. */
+export class BatchAbandoned extends Error {}
+
+export type BatchRunner = <T>(body: (c: BatchConn) => Promise<BatchOutcome<T>>, control?: BatchControl) => Promise<T>;
+
+/**
+ * A promise that rejects with BatchAbandoned when `signal` aborts while `committing()` is still
+ * false; it never settles otherwise. Observed here, so an abort nobody races is no unhandled rejection.
+ */
+function abandonment(signal: AbortSignal | undefined, committing: () => boolean): Promise<never> {
+  const p = new Promise<never>((_, reject) => {
+    const abandon = (): void => {
+      if (!committing()) reject(new BatchAbandoned('the batch was abandoned at its deadline'));
+    };
+    if (signal?.aborted === true) abandon();
+    else signal?.addEventListener('abort', abandon, { once: true });
+  });
+  p.catch(() => undefined);
+  return p;
+}
 
 /** The runner for the database behind a drizzle instance: postgres.js directly, anything else through drizzle. */
 export function batchRunner(db: Db): BatchRunner {
@@ -52,8 +81,11 @@ export function batchRunner(db: Db): BatchRunner {
 }
 
 function postgresRunner(client: Sql): BatchRunner {
-  return async <T>(body: (c: BatchConn) => Promise<BatchOutcome<T>>): Promise<T> => {
+  return async <T>(body: (c: BatchConn) => Promise<BatchOutcome<T>>, control: BatchControl = {}): Promise<T> => {
     let committing = false;
+    const abandoned = abandonment(control.signal, () => committing);
+    /** Abandoned: nothing more is sent, and the transaction is rolled back, never committed. */
+    const isAbandoned = (): boolean => control.signal?.aborted === true && !committing;
     let writes: readonly Promise<unknown>[] = [];
     // Once the batch's connection has closed, nothing more may be sent on it. postgres.js writes a
     // statement sent to a closed connection from a setImmediate onto a null socket: a TypeError
@@ -69,7 +101,7 @@ function postgresRunner(client: Sql): BatchRunner {
     const open = client.begin((tx: TransactionSql) => {
       /** Every statement of the batch, raw or through drizzle, goes out here. */
       const send = (text: string, params: readonly unknown[], options?: { prepare?: boolean }): ReturnType<TransactionSql['unsafe']> => {
-        if (gone) throw new Error('the batch connection closed');
+        if (gone || isAbandoned()) throw new Error('the batch connection closed');
         const q = tx.unsafe(text, params as string[], options);
         // Registered first, so it runs before whoever awaits the statement. (It also starts the
         // statement, on the next microtask: drizzle's `.values()` right after this still applies.)
@@ -81,7 +113,7 @@ function postgresRunner(client: Sql): BatchRunner {
         // The statement itself is returned (no async wrapper): postgres.js observes it, so a write
         // the database refuses is not an unhandled rejection while it waits for COMMIT.
         query: (text, params) => {
-          if (!gone) return send(text, params, { prepare: true });
+          if (!gone && !isAbandoned()) return send(text, params, { prepare: true });
           const refused = Promise.reject(new Error('the batch connection closed'));
           refused.catch(() => undefined); // observed here; the caller still sees the rejection
           return refused;
@@ -93,26 +125,35 @@ function postgresRunner(client: Sql): BatchRunner {
         },
       };
       const run = (async (): Promise<T> => {
+        if (isAbandoned()) throw new BatchAbandoned('the batch was abandoned before it began');
         const out = await body(conn);
         if (gone) throw new Error('the batch connection closed');
+        if (isAbandoned()) throw new BatchAbandoned('the batch was abandoned at its deadline');
         writes = out.writes;
         // Returning without awaiting the writes lets postgres.js send COMMIT right behind them.
         committing = true;
+        control.onCommit?.();
         return out.value;
       })();
       // Settling this callback makes postgres.js send ROLLBACK or COMMIT on the connection: after
       // it closed, that is the same uncatchable write. The transaction has already failed by then
       // (postgres.js rejects it when the connection closes), so the callback is left unsettled.
-      return run.catch((e: unknown) => {
+      // An abandoned batch settles it at once (ROLLBACK goes out behind whatever is still running),
+      // so the connection goes back to the pool when the database answers again.
+      return Promise.race([run, abandoned]).catch((e: unknown) => {
         if (gone) return new Promise<never>(() => {});
         throw e;
       });
     });
     try {
-      const value = (await open.catch((e: unknown) => {
-        gone = true;
-        throw e;
-      })) as T;
+      // An abandoned batch does not wait for its ROLLBACK: on a stalled database that never comes.
+      const value = (await Promise.race([
+        open.catch((e: unknown) => {
+          gone = true;
+          throw e;
+        }),
+        abandoned,
+      ])) as T;
       await Promise.all(writes);
       return value;
     } catch (e) {
@@ -139,7 +180,7 @@ function connectionLost(e: unknown): boolean {
  * A statement's `$n` placeholders become drizzle parameters, so the text runs as written.
  */
 function drizzleRunner(db: Db): BatchRunner {
-  return async <T>(body: (c: BatchConn) => Promise<BatchOutcome<T>>): Promise<T> => {
+  return async <T>(body: (c: BatchConn) => Promise<BatchOutcome<T>>, control: BatchControl = {}): Promise<T> => {
     let committing = false;
     // PGlite answers without I/O, so a batch would otherwise run start to end in microtasks, before
     // the requests already waiting on sockets are even read: each batch would hold one decision.
@@ -156,7 +197,10 @@ function drizzleRunner(db: Db): BatchRunner {
         };
         const out = await body(conn);
         await Promise.all(out.writes);
+        // PGlite cannot stall, but a batch whose deadline passed is still not committed late.
+        if (control.signal?.aborted === true) throw new BatchAbandoned('the batch was abandoned at its deadline');
         committing = true;
+        control.onCommit?.();
         return out.value;
       });
     } catch (e) {

@@ -268,6 +268,17 @@ export class Store {
     await this.db.select({ one: sql<number>`1` }).from(sql`(SELECT 1) AS ping`);
   }
 
+  /**
+   * Whether a decision could commit now: the database answers and is writable (not a standby, not
+   * `default_transaction_read_only`, under which every decision's locking read is refused).
+   */
+  async canCommit(): Promise<boolean> {
+    const [row] = await this.db
+      .select({ readOnly: sql<boolean>`pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'` })
+      .from(sql`(SELECT 1) AS ping`);
+    return row?.readOnly === false;
+  }
+
   /** Creates a tenant and the genesis of its audit chain. */
   async createTenant(t: TenantRecord & { createdAt: Date }): Promise<void> {
     await this.db.transaction(async (tx) => {

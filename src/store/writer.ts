@@ -9,6 +9,7 @@
 import { sealRow } from './audit.js';
 import { BatchFailed, batchRunner, type BatchConn, type BatchOutcome, type BatchRunner } from './batch.js';
 import { completeFences, lockFences, type Fence, type StoredResponse } from './idempotency.js';
+import { Deadline, DEFAULT_DEADLINE_MS } from './deadline.js';
 import { decisionTx, GENESIS_HASH, StoreUnavailable, type Db, type DecisionTx } from './store.js';
 
 /** The audit row of a decision, without its chain fields. */
@@ -64,6 +65,15 @@ interface Pending {
   readonly unit: DecisionUnit<unknown>;
   readonly resolve: (v: unknown) => void;
   readonly reject: (e: unknown) => void;
+  readonly timer: ReturnType<typeof setTimeout>;
+  /**
+   * `queued`: waiting for a batch; `deferred`: its tree was locked elsewhere, waiting to be retried or
+   * for a waiting lane; `batched`: in a batch whose COMMIT is not sent yet; `committing`: COMMIT sent,
+   * outcome pending; `done`: answered (a late batch result is then ignored).
+   */
+  state: 'queued' | 'deferred' | 'batched' | 'committing' | 'done';
+  /** Abandons the batch holding it (set once it is batched). */
+  abandon?: () => void;
   /** When the main lane first found this unit's tree locked by another transaction (ms). */
   deferredAt?: number;
 }
@@ -94,6 +104,16 @@ export interface WriterOptions {
   readonly waitingLanes?: number;
   /** Units deferred because another transaction held their tree: how many were retried, how many sent to wait. */
   readonly onDefer?: (retried: number, waited: number) => void;
+  /** The deadline of a decision submitted without one (ms; default DEFAULT_DEADLINE_MS). */
+  readonly deadlineMs?: number;
+  /** Most decisions pending (queued or in an open batch) at once; beyond it, refused at once (default 1024). */
+  readonly maxPending?: number;
+  /** A decision refused because too many were pending (load shedding). */
+  readonly onShed?: () => void;
+  /** A decision answered at its deadline: not committed, or unknown when its COMMIT had been sent. */
+  readonly onDeadline?: (outcome: 'not_committed' | 'unknown') => void;
+  /** A batch committed (`available`) or the database failed one (`unavailable`). */
+  readonly onDatabase?: (state: 'available' | 'unavailable') => void;
 }
 
 /**
@@ -114,6 +134,15 @@ const WAITING_LANES = 4;
 /** How long a unit whose tree is locked elsewhere is retried in the main lane before it waits in a lane of its own. */
 const RETRY_MS = 20;
 
+/** What a lane's wait resolves to when it lets go of a batch whose COMMIT is not confirmed. */
+const DETACHED = Symbol('detached');
+
+/** The default of WriterOptions.maxPending. */
+export const DEFAULT_MAX_PENDING = 1024;
+
+const notCommitted = (why: string, cause?: unknown): StoreUnavailable =>
+  new StoreUnavailable(`the decision was not committed: ${why}`, 'rolled_back', cause === undefined ? undefined : { cause });
+
 export class DecisionWriter {
   private queue: Pending[] = [];
   private readonly maxBatch: number;
@@ -130,6 +159,8 @@ export class DecisionWriter {
   private readonly waitingLanes = new Map<string, Promise<void>>();
   /** Deferred units on their way back to the queue. */
   private retrying = 0;
+  /** Decisions submitted and not yet answered. */
+  private pendingCount = 0;
 
   constructor(
     db: Db,
@@ -139,13 +170,43 @@ export class DecisionWriter {
     this.run = batchRunner(db);
   }
 
-  /** Queues a decision; resolves after the batch holding its audit row has committed. */
-  submit<R>(unit: DecisionUnit<R>): Promise<R> {
+  /** Decisions submitted and not yet answered (queued, deferred, or in an open batch). */
+  get pending(): number {
+    return this.pendingCount;
+  }
+
+  private get deadlineMs(): number {
+    return this.options.deadlineMs ?? DEFAULT_DEADLINE_MS;
+  }
+
+  /**
+   * Queues a decision; resolves after the batch holding its audit row has committed. Rejects with
+   * StoreUnavailable when it cannot commit by `deadline`: `rolled_back` when it was still queued or
+   * its batch had not sent COMMIT (the batch is then abandoned, so it never commits later), `unknown`
+   * when COMMIT had been sent; and at once, `rolled_back`, when too many decisions are pending.
+   */
+  submit<R>(unit: DecisionUnit<R>, deadline: Deadline = Deadline.in(this.deadlineMs)): Promise<R> {
+    if (deadline.hasPassed()) {
+      this.options.onDeadline?.('not_committed');
+      return Promise.reject(notCommitted('its deadline passed before it was queued'));
+    }
+    if (this.pendingCount >= (this.options.maxPending ?? DEFAULT_MAX_PENDING)) {
+      this.options.onShed?.();
+      return Promise.reject(notCommitted('too many decisions are pending (load shed)'));
+    }
     return new Promise<R>((resolve, reject) => {
-      const p: Pending = { unit, resolve: resolve as (v: unknown) => void, reject };
+      const p: Pending = {
+        unit,
+        resolve: resolve as (v: unknown) => void,
+        reject,
+        state: 'queued',
+        timer: setTimeout(() => this.expire(p), deadline.remaining()),
+      };
+      this.pendingCount++;
       if (unit.writesSubtree === true) {
         // A main lane that waited here could close a cycle with another instance's main lane, which
         // may hold a lock on a row of this subtree for a unit it is about to defer.
+        p.state = 'deferred';
         const key = `${headKey(unit.tenantId, unit.chainOf ?? '')}\u0000subtree`;
         this.waiting.set(key, [...(this.waiting.get(key) ?? []), p]);
         this.startWaitingLanes();
@@ -154,6 +215,40 @@ export class DecisionWriter {
       this.queue.push(p);
       this.startLane();
     });
+  }
+
+  /** Answers a pending decision once; later results (a batch finishing after its deadline) are ignored. */
+  private settle(p: Pending, s: Settle): void {
+    if (p.state === 'done') return;
+    p.state = 'done';
+    clearTimeout(p.timer);
+    this.pendingCount--;
+    if (s.ok) p.resolve(s.value);
+    else p.reject(s.error);
+  }
+
+  /** The deadline of a pending decision passed: answer it now with what is known of its outcome. */
+  private expire(p: Pending): void {
+    switch (p.state) {
+      case 'done':
+        return;
+      case 'queued': {
+        const at = this.queue.indexOf(p);
+        if (at >= 0) this.queue.splice(at, 1);
+        break;
+      }
+      case 'deferred':
+        break; // dropped by whoever takes it next (state done)
+      case 'batched':
+        p.abandon?.(); // before COMMIT: the batch is rolled back, so this answer stays true
+        break;
+      case 'committing':
+        this.options.onDeadline?.('unknown');
+        this.settle(p, { ok: false, error: new StoreUnavailable('the database did not confirm the commit by the deadline', 'unknown') });
+        return;
+    }
+    this.options.onDeadline?.('not_committed');
+    this.settle(p, { ok: false, error: notCommitted('the database did not answer by the deadline') });
   }
 
   /** Resolves when every queued decision has been written (for clean shutdown). */
@@ -174,7 +269,11 @@ export class DecisionWriter {
     const now = Date.now();
     const retry: Pending[] = [];
     for (const [key, units] of deferred) {
-      for (const p of units) p.deferredAt ??= now;
+      for (const p of units) {
+        p.deferredAt ??= now;
+        p.state = 'deferred';
+        p.abandon = undefined;
+      }
       const waited = units.filter((p) => now - (p.deferredAt as number) >= RETRY_MS);
       if (waited.length > 0) this.waiting.set(key, [...(this.waiting.get(key) ?? []), ...waited]);
       retry.push(...units.filter((p) => now - (p.deferredAt as number) < RETRY_MS));
@@ -184,7 +283,9 @@ export class DecisionWriter {
       this.retrying += retry.length;
       setTimeout(() => {
         this.retrying -= retry.length;
-        this.queue.unshift(...retry);
+        const live = retry.filter((p) => p.state === 'deferred');
+        for (const p of live) p.state = 'queued';
+        this.queue.unshift(...live);
         this.startLane();
       }, 1);
     }
@@ -203,24 +304,38 @@ export class DecisionWriter {
     }
   }
 
-  /** One tree's deferred units in a batch that waits for the tree's locks. */
+  /**
+   * One tree's deferred units in a batch that waits for the tree's locks. Its units keep their
+   * deadlines: one that passes before COMMIT is sent abandons the batch (rolled back, never committed).
+   */
   private async waitingLane(key: string): Promise<void> {
-    const batch = (this.waiting.get(key) ?? []).splice(0, this.maxBatch);
+    const batch = (this.waiting.get(key) ?? []).splice(0, this.maxBatch).filter((p) => p.state === 'deferred');
     if ((this.waiting.get(key)?.length ?? 0) === 0) this.waiting.delete(key);
     if (batch.length === 0) return;
+    const control = new AbortController();
+    for (const p of batch) {
+      p.state = 'batched';
+      p.abandon = () => control.abort();
+    }
+    const onCommit = (): void => {
+      for (const p of batch) if (p.state === 'batched') p.state = 'committing';
+    };
     let result: BatchResult | null = null;
     try {
-      await this.run(async (c) => {
-        const out = await this.decideAll(c, batch, 'wait');
-        result = out.value;
-        return out;
-      });
+      await this.run(
+        async (c) => {
+          const out = await this.decideAll(c, batch, 'wait');
+          result = out.value;
+          return out;
+        },
+        { signal: control.signal, onCommit },
+      );
     } catch (e) {
-      failAll(batch, e);
+      this.failAll(batch, e);
       return;
     }
     const done: BatchResult = (result as BatchResult | null) ?? { settled: new Map(), deferred: new Map() };
-    settleAll(batch, done);
+    this.settleAll(batch, done);
     if (done.deferred.size > 0) this.defer(done.deferred); // never in 'wait' mode; no unit may be dropped
   }
 
@@ -237,6 +352,11 @@ export class DecisionWriter {
   /**
    * One batch transaction: BEGIN, then wait for the turn, take every queued unit (up to maxBatch),
    * decide them and send the writes and COMMIT; the turn passes on as soon as COMMIT is sent.
+   *
+   * A lane is abandoned (rolled back, never committed) when the deadline of one of its units passes
+   * before COMMIT is sent, or when it has not taken any unit a deadline after it began (BEGIN hangs on
+   * a stalled database): it then ends at once, without waiting for the database, so that the next
+   * lane can start when the database answers again; the units still queued wait for that lane.
    */
   private async lane(): Promise<void> {
     let batch: Pending[] = [];
@@ -244,31 +364,75 @@ export class DecisionWriter {
     let passTurn!: () => void;
     const myTurn = this.turn;
     this.turn = new Promise((r) => (passTurn = r));
+    const control = new AbortController();
+    const abandon = (): void => control.abort();
+    let taken = false;
     const take = (): void => {
+      if (taken) return;
+      taken = true;
       this.idleLanes--;
+      if (control.signal.aborted) return; // abandoned before it took anything: the units wait for the next lane
       batch = this.queue.splice(0, this.maxBatch);
+      for (const p of batch) {
+        p.state = 'batched';
+        p.abandon = abandon;
+      }
+    };
+    const watchdog = setTimeout(() => {
+      if (!taken) abandon();
+    }, this.deadlineMs);
+    // A COMMIT the database never confirms (a stall, a connection lost without a word) must not hold
+    // the writer: a deadline after it was sent, every unit of it has been answered `unknown`, and the
+    // lane lets go so that the next one can start; the transaction ends whenever the database says.
+    let detach!: (v: typeof DETACHED) => void;
+    const detached = new Promise<typeof DETACHED>((r) => (detach = r));
+    let commitWatch: ReturnType<typeof setTimeout> | undefined;
+    const onCommit = (): void => {
+      for (const p of batch) if (p.state === 'batched') p.state = 'committing';
+      commitWatch = setTimeout(() => detach(DETACHED), this.deadlineMs);
     };
     let entered = null as Promise<unknown> | null;
     try {
-      await this.run((c) => {
-        const body = (async (): Promise<BatchOutcome<void>> => {
-          await myTurn;
-          try {
-            take();
-            if (batch.length === 0) return { value: undefined, writes: [] };
-            this.options.onBatch?.(batch.length);
-            const out = await this.decideAll(c, batch, 'skip');
-            result = out.value;
-            return { value: undefined, writes: out.writes };
-          } finally {
-            passTurn();
-          }
-        })();
-        entered = body.catch(() => undefined);
-        return body;
-      });
+      const running = this.run(
+        (c) => {
+          const body = (async (): Promise<BatchOutcome<void>> => {
+            await myTurn;
+            try {
+              take();
+              if (batch.length === 0) return { value: undefined, writes: [] };
+              this.options.onBatch?.(batch.length);
+              const out = await this.decideAll(c, batch, 'skip');
+              result = out.value;
+              // Deferred units are not in this batch's COMMIT: they are not `committing`.
+              for (const units of result.deferred.values()) for (const p of units) p.state = 'deferred';
+              return { value: undefined, writes: out.writes };
+            } finally {
+              passTurn();
+            }
+          })();
+          entered = body.catch(() => undefined);
+          return body;
+        },
+        { signal: control.signal, onCommit },
+      );
+      running.catch(() => undefined); // a lane that let go no longer awaits it
+      if ((await Promise.race([running, detached])) === DETACHED) {
+        clearTimeout(watchdog);
+        this.options.onDatabase?.('unavailable');
+        const failure = new StoreUnavailable('the database did not confirm the commit of the decision', 'unknown');
+        const deferred = new Set([...result.deferred.values()].flat());
+        for (const p of batch) if (!deferred.has(p)) this.settle(p, { ok: false, error: failure });
+        if (deferred.size > 0) this.defer(result.deferred);
+        return;
+      }
     } catch (e) {
-      if (entered === null) {
+      clearTimeout(watchdog);
+      clearTimeout(commitWatch);
+      if (control.signal.aborted && !(e instanceof BatchFailed && e.committing)) {
+        // Abandoned: whatever the body still awaits is no longer waited for (it can send nothing more).
+        take();
+        passTurn();
+      } else if (entered === null) {
         // BEGIN failed, so the body never ran: take what waits now and fail it, rather than start
         // lane after lane against a database that refuses (a unit queued later starts its own).
         await myTurn;
@@ -277,15 +441,37 @@ export class DecisionWriter {
       } else await entered; // the connection may have closed while the body still ran
       // Units the batch deferred were never written, whatever became of its COMMIT: they go on.
       const deferred = new Set([...result.deferred.values()].flat());
-      failAll(
+      this.failAll(
         batch.filter((p) => !deferred.has(p)),
         e,
       );
       if (deferred.size > 0) this.defer(result.deferred);
       return;
     }
-    settleAll(batch, result);
+    clearTimeout(watchdog);
+    clearTimeout(commitWatch);
+    if (batch.length > 0) this.options.onDatabase?.('available');
+    this.settleAll(batch, result);
     if (result.deferred.size > 0) this.defer(result.deferred);
+  }
+
+  /** A failed batch's units: before COMMIT was sent nothing can have committed; after it, the outcome is unknown. */
+  private failAll(batch: readonly Pending[], e: unknown): void {
+    this.options.onDatabase?.('unavailable');
+    const committing = e instanceof BatchFailed && e.committing;
+    const failure = committing
+      ? new StoreUnavailable('the database did not confirm the commit of the decision', 'unknown', { cause: e })
+      : notCommitted('the database failed the batch', e);
+    for (const p of batch) this.settle(p, { ok: false, error: failure });
+  }
+
+  /** A committed batch's units, each as its unit settled (deferred ones are not settled here). */
+  private settleAll(batch: readonly Pending[], result: BatchResult): void {
+    for (const p of batch) {
+      const s = result.settled.get(p);
+      if (s !== undefined) this.settle(p, s);
+      else if (p.state !== 'deferred') this.settle(p, { ok: false, error: new Error('unit not run') });
+    }
   }
 
   /**
@@ -370,22 +556,6 @@ export class DecisionWriter {
       writes.push(c.query(APPEND_AUDIT, [`[${rows.join(',')}]`, JSON.stringify(newHeads)]));
     }
     return { value: { settled, deferred }, writes };
-  }
-}
-
-/** A failed batch's units: before COMMIT was sent nothing can have committed; after it, the outcome is unknown. */
-function failAll(batch: readonly Pending[], e: unknown): void {
-  const committing = e instanceof BatchFailed && e.committing;
-  const failure = new StoreUnavailable('the database did not commit the decision', committing ? 'unknown' : 'rolled_back', { cause: e });
-  for (const p of batch) p.reject(failure);
-}
-
-/** A committed batch's units, each as its unit settled (deferred ones are not settled here). */
-function settleAll(batch: readonly Pending[], result: BatchResult): void {
-  for (const p of batch) {
-    const s = result.settled.get(p);
-    if (s?.ok === true) p.resolve(s.value);
-    else if (s !== undefined) p.reject(s.error);
   }
 }
 

@@ -237,15 +237,17 @@ describe.each(BACKENDS)('unavailable database on %s', (backend) => {
   // The database is already closed (and on a server, dropped); only pending writes remain to settle.
   afterAll(async () => h.writer.flush());
 
-  test('approve: 503 unavailable, never a grant', async () => {
+  test('approve: 503 unavailable, never a grant, and certainly not committed (error.outcome)', async () => {
     const r = await h.call('POST', '/v1/approve', { token, op: 'read', target: { kind: 'path', path: '/workspace/t-1/a' }, cost: 0 });
     expectError(r, 503, 'unavailable');
     expect(r.body).not.toHaveProperty('decision');
+    expect(r.body.error.outcome).toBe('not_committed');
   });
 
-  test('approve with a call_id: 503 unavailable', async () => {
+  test('approve with a call_id: 503 unavailable, not committed', async () => {
     const r = await h.call('POST', '/v1/approve', { token, op: 'read', target: { kind: 'path', path: '/workspace/t-1/a' }, cost: 0, call_id: 'down' });
     expectError(r, 503, 'unavailable');
+    expect(r.body.error.outcome).toBe('not_committed');
   });
 
   test('approve with a bad token: 503, since the denial cannot be audited', async () => {

@@ -133,6 +133,29 @@ describe.each(BACKENDS)('the decision writer on %s', (backend) => {
     expect((await state()).auditIds.at(-1)).toBe(id);
   });
 
+  test('a unit still deciding at its deadline abandons its batch: answered not committed, and nothing of it commits later', async () => {
+    const writer = new DecisionWriter(h.database.db, { now: h.clock.now, deadlineMs: 100 });
+    const before = await state();
+    const slow = charge(1n);
+    const outcome = writer.submit({ ...slow, run: async (tx, now) => (await new Promise((r) => setTimeout(r, 300)), slow.run(tx, now)) });
+    await expect(outcome).rejects.toMatchObject({ outcome: 'rolled_back' });
+    await writer.flush();
+    await new Promise((r) => setTimeout(r, 400));
+    expect(await state()).toEqual(before);
+    // The writer goes on: the next decision commits.
+    const id = await writer.submit(charge(1n));
+    expect((await state()).auditIds.at(-1)).toBe(id);
+  });
+
+  test('beyond maxPending a decision is refused at once, not committed; those admitted commit', async () => {
+    const writer = new DecisionWriter(h.database.db, { now: h.clock.now, maxPending: 2 });
+    const before = await state();
+    const outcomes = await Promise.allSettled([writer.submit(charge(1n)), writer.submit(charge(1n)), writer.submit(charge(1n))]);
+    expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'fulfilled', 'rejected']);
+    expect((outcomes[2] as PromiseRejectedResult).reason).toMatchObject({ outcome: 'rolled_back' });
+    expect((await state()).calls - before.calls).toBe(2);
+  });
+
   test('an audit row the database refuses (a duplicate id) fails its batch the same way', async () => {
     const sizes: number[] = [];
     const writer = new DecisionWriter(h.database.db, { now: h.clock.now, onBatch: (s) => sizes.push(s) });
