@@ -208,6 +208,7 @@ export class DecisionWriter {
     const batch = (this.waiting.get(key) ?? []).splice(0, this.maxBatch);
     if ((this.waiting.get(key)?.length ?? 0) === 0) this.waiting.delete(key);
     if (batch.length === 0) return;
+    this.options.onBatch?.(batch.length);
     let result: BatchResult | null = null;
     try {
       await this.run(async (c) => {
