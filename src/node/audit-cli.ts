@@ -26,7 +26,7 @@ import { Store, type TenantRecord } from '../store/store.js';
 import { log, readConfig, runMain, type Config } from './config.js';
 import { openConfiguredDatabase } from './db.js';
 import { FileSink, sinkFile } from './file-sink.js';
-import { loadKeys } from './keyfile.js';
+import { keyFile, loadKeys } from './keyfile.js';
 
 const USAGE = `usage: npm run audit -- verify [TENANT_NAME] [--checkpoints FILE|DIR] [--keys JWKS_FILE]
        npm run audit -- checkpoint
@@ -48,7 +48,13 @@ function parseArgs(args: readonly string[], names: readonly string[]): { options
 }
 
 async function auditKeysFrom(config: Config, file: string | undefined): Promise<AuditKeys> {
-  if (file === undefined) return (await loadKeys(config, () => {}, 'audit')).verifyKeys;
+  if (file === undefined) {
+    // Verifying never makes a key: a new one would vouch for nothing.
+    if (config.auditKeys === undefined && !existsSync(keyFile(config.keysDir, 'audit'))) {
+      throw new UsageError(`no audit keys in ${config.keysDir}: give --keys JWKS_FILE (the server's /.well-known/warrant-audit-keys.json) or WARRANT_KEYS_DIR`);
+    }
+    return (await loadKeys(config, () => {}, 'audit')).verifyKeys;
+  }
   try {
     return await importAuditKeys(JSON.parse(readFileSync(file, 'utf8')));
   } catch (e) {

@@ -312,6 +312,7 @@ export class DecisionWriter {
     const batch = (this.waiting.get(key) ?? []).splice(0, this.maxBatch).filter((p) => p.state === 'deferred');
     if ((this.waiting.get(key)?.length ?? 0) === 0) this.waiting.delete(key);
     if (batch.length === 0) return;
+    this.options.onBatch?.(batch.length);
     const control = new AbortController();
     for (const p of batch) {
       p.state = 'batched';

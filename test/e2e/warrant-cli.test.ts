@@ -48,7 +48,7 @@ describe('npx warrant against a running server', () => {
     await seedDataDir(dataDir);
     server = await startServer({ dataDir });
     // No WARRANT_API_KEY: the CLI finds the embedded database's default key, as a user beside it would.
-    env = { WARRANT_URL: server.url, WARRANT_DATA_DIR: dataDir };
+    env = { WARRANT_URL: server.url, WARRANT_DATA_DIR: dataDir, WARRANT_KEYS_DIR: server.keysDir };
   });
   afterAll(cleanupServers);
 

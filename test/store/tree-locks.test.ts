@@ -68,6 +68,14 @@ describe.skipIf(!BACKENDS.includes('postgres'))('tree locks on postgres', () => 
       predicate: { budget: 10, max_calls: 10, max_depth: 1 },
     });
     expect(child.status).toBe(201);
+    // A second child, to revoke while tree A is held (revoking the first would race its approval).
+    const other = await call('POST', '/v1/attenuate', {
+      parent_token: a.token,
+      rights: ['read'],
+      objects: [{ kind: 'path', prefix: '/w/a/other' }],
+      predicate: { budget: 10, max_calls: 10, max_depth: 1 },
+    });
+    expect(other.status).toBe(201);
     const b = await mint('b');
 
     let release!: () => void;
@@ -85,7 +93,7 @@ describe.skipIf(!BACKENDS.includes('postgres'))('tree locks on postgres', () => 
       const onA = [
         approve(a.token, '/w/a/x', 'a-1'),
         approve(child.body.token, '/w/a/sub/y'),
-        call('POST', '/v1/revoke', { capability_id: child.body.capability_id }),
+        call('POST', '/v1/revoke', { capability_id: other.body.capability_id }),
       ];
       // Tree B, a new tree and a decision of no tree are not held up by tree A.
       const others = await within(
