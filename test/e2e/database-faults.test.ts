@@ -265,15 +265,38 @@ describe.skipIf(missing !== null)('a database that falters: fail fast, recover a
     await sleep(4000);
     cluster.start();
     const restarted = performance.now();
-    await sleep(4000);
+    await sleep(1500);
+    // Many reads at once use every connection of the pool: each must have reconnected by now.
+    const wholePool = (): Promise<number[]> =>
+      Promise.all(
+        Array.from({ length: 30 }, async () => {
+          try {
+            const res = await fetch(`${server.url}/v1/capabilities/${cap.id}`, {
+              headers: { authorization: `Bearer ${server.apiKey}` },
+              signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
+            });
+            await res.text();
+            return res.status;
+          } catch {
+            return 0;
+          }
+        }),
+      );
+    const poolAfterRestart = await wholePool();
+    await sleep(2500);
     const terminating = performance.now();
     for (let i = 0; i < 5; i++) {
       await cluster.terminate('warrant');
       await sleep(150);
     }
     const terminated = performance.now();
-    await sleep(4000);
+    await sleep(1500);
+    const poolAfterTerminate = await wholePool();
+    await sleep(2500);
     await run.stop();
+
+    expect(poolAfterRestart.filter((s) => s !== 200)).toEqual([]);
+    expect(poolAfterTerminate.filter((s) => s !== 200)).toEqual([]);
 
     // Decisions resume within 1 s of the database accepting connections again: of the requests sent
     // more than 1.5 s after it (the bound plus slack), none is left unanswered and nearly all are
