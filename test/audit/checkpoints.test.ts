@@ -10,9 +10,10 @@ import { generateSigningJwk, loadKeyRing } from '../../src/crypto/keys.js';
 import { checkpointId, importAuditKeys, signCheckpoint, type CheckpointPayload } from '../../src/audit/checkpoint.js';
 import { verifyReceipt, type Receipt } from '../../src/audit/receipt.js';
 import { hashedFields, rowHash } from '../../src/store/audit.js';
-import { GENESIS_HASH, type AuditRecord } from '../../src/store/store.js';
+import type { AuditRecord } from '../../src/store/store.js';
 import { BACKENDS } from '../support/db.js';
 import { startHarness, type Harness } from '../support/app.js';
+import { rechain as rechainTree } from '../support/tamper.js';
 
 type Row = Record<string, unknown>;
 const rowsOf = (res: unknown): Row[] => (Array.isArray(res) ? res : (res as { rows: Row[] }).rows);
@@ -60,27 +61,7 @@ describe.each(BACKENDS)('audit checkpoints on %s', (backend) => {
     return out;
   };
 
-  /**
-   * What someone with write access to the database does to hide a decision: change rows, then
-   * recompute every later hash of the tree's chain and its head, so the chain itself verifies.
-   */
-  async function rechain(treeId: string): Promise<void> {
-    const rows = await exec(sql`SELECT id FROM audit WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${treeId} ORDER BY seq`);
-    // Out of the way first: (tenant_id, tree_id, seq) is unique row by row.
-    await exec(sql`UPDATE audit SET seq = -seq - 1000 WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${treeId}`);
-    let prev = GENESIS_HASH;
-    let seq = 0;
-    let lastId: string | null = null;
-    for (const { id } of rows) {
-      seq++;
-      await exec(sql`UPDATE audit SET seq = ${seq}, prev_hash = ${prev} WHERE id = ${String(id)}`);
-      const row = (await h.store.auditRow(h.tenantIds.a, String(id))) as AuditRecord;
-      prev = rowHash(row);
-      lastId = row.id;
-      await exec(sql`UPDATE audit SET hash = ${prev} WHERE id = ${row.id}`);
-    }
-    await exec(sql`UPDATE audit_heads SET seq = ${seq}, hash = ${prev}, last_id = ${lastId} WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${treeId}`);
-  }
+  const rechain = (treeId: string): Promise<void> => rechainTree(h.store, exec, h.tenantIds.a, treeId);
 
   const verify = async (): Promise<Row> => {
     const r = await h.call('GET', '/v1/audit/verify');

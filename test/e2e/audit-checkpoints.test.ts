@@ -19,10 +19,11 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { leafOf } from '../../src/audit/checkpointer.js';
 import { openDatabase } from '../../src/node/db.js';
 import { createTenant } from '../../src/service/tenants.js';
-import { rowHash, verifyChains } from '../../src/store/audit.js';
+import { verifyChains } from '../../src/store/audit.js';
 import { GENESIS_HASH, Store, type AuditRecord } from '../../src/store/store.js';
 import { BACKENDS, openTestDatabase, type Backend, type TestDatabase } from '../support/db.js';
 import { cleanupServers, runCli, seedDataDir, startServer, tempDir, type CliResult, type RunningServer } from '../support/server.js';
+import { rechain as rechainTree } from '../support/tamper.js';
 
 type Row = Record<string, unknown>;
 type Exec = (q: SQL) => Promise<Row[]>;
@@ -333,21 +334,7 @@ describe.each(BACKENDS)('signed audit checkpoints end to end on %s', (backend) =
        * rows, recompute every hash of its chain and move its head back, so the chain itself verifies.
        */
       async function rechain(store: Store, exec: Exec, t: Tenant, treeId: string): Promise<void> {
-        const rows = await exec(sql`SELECT id FROM audit WHERE tenant_id = ${t.id} AND tree_id = ${treeId} ORDER BY seq`);
-        // Out of the way first: (tenant_id, tree_id, seq) is unique row by row.
-        await exec(sql`UPDATE audit SET seq = -seq - 1000 WHERE tenant_id = ${t.id} AND tree_id = ${treeId}`);
-        let prev = GENESIS_HASH;
-        let seq = 0;
-        let lastId: string | null = null;
-        for (const { id } of rows) {
-          seq++;
-          await exec(sql`UPDATE audit SET seq = ${seq}, prev_hash = ${prev} WHERE id = ${String(id)}`);
-          const row = (await store.auditRow(t.id, String(id))) as AuditRecord;
-          prev = rowHash(row);
-          lastId = row.id;
-          await exec(sql`UPDATE audit SET hash = ${prev} WHERE id = ${row.id}`);
-        }
-        await exec(sql`UPDATE audit_heads SET seq = ${seq}, hash = ${prev}, last_id = ${lastId} WHERE tenant_id = ${t.id} AND tree_id = ${treeId}`);
+        await rechainTree(store, exec, t.id, treeId);
         // The hash chains hold again: the check verify made before checkpoints finds nothing.
         expect(await verifyChains(store.auditChain(t.id), await store.auditHeads(t.id), GENESIS_HASH)).toMatchObject({ ok: true });
       }
