@@ -3,12 +3,12 @@
  * schema-validated request into canonical form, asks the pure core for the decision, and has the
  * decision written (with its audit row) through the group-commit writer before it answers.
  */
-import { checkAttenuation, type ChildSpec } from '../core/attenuate.js';
+import { checkAttenuation, extendsTrajectory, type ChildSpec } from '../core/attenuate.js';
 import { checkValidity, deny, evaluateApprove, remainingOf, type ApproveRequest } from '../core/approve.js';
 import { fromMicro, toMicro } from '../core/money.js';
 import { canonicalObject, canonicalTarget } from '../core/objects.js';
 import { canonicalPredicate } from '../core/predicate.js';
-import type { ApproveBody, AttenuateBody, MintBody, RevokeBody } from '../core/schemas.js';
+import { MAX_TOKEN_CHARS, type ApproveBody, type AttenuateBody, type MintBody, type RevokeBody } from '../core/schemas.js';
 import {
   RIGHTS,
   type CapabilityClaims,
@@ -70,6 +70,23 @@ function canonicalPred(p: RawPredicate | undefined, errors: FieldError[]): Canon
   return {} as CanonicalPredicate;
 }
 
+/**
+ * Refuses (400) a capability whose token would be longer than approve accepts: issuing it would
+ * hand out a capability no call can use. Names the field that makes most of the size.
+ */
+function checkTokenLength(token: string, c: CapabilityClaims): void {
+  if (token.length <= MAX_TOKEN_CHARS) return;
+  const sizes: [string, number][] = [
+    ['objects', JSON.stringify(c.objects).length],
+    ['predicate', JSON.stringify(c.predicate).length],
+    ['trajectory_id', c.trajectory.length],
+  ];
+  const [path] = sizes.reduce((a, b) => (b[1] > a[1] ? b : a));
+  throw invalidRequest([
+    { path, message: `the capability's token would be ${token.length} characters, over the ${MAX_TOKEN_CHARS} that approve accepts: make ${path} smaller` },
+  ]);
+}
+
 /** The API form of a capability (API.md mint response, without the token). */
 function capabilityBody(c: CapabilityClaims): Record<string, unknown> {
   return {
@@ -112,8 +129,9 @@ export class Authority {
       nbf: iat,
       exp: iat + body.ttl_s,
     };
+    const token = await signToken(this.deps.keys, claims);
+    checkTokenLength(token, claims);
     return this.issue(tenantId, 'mint', idempotencyKey, body, async (fence) => {
-      const token = await signToken(this.deps.keys, claims);
       return this.deps.writer.submit({
         tenantId,
         fence,
@@ -155,7 +173,14 @@ export class Authority {
         nbf: iat,
       };
       const violations = checkAttenuation(parent, child, iat * 1000);
+      if (!extendsTrajectory(parent.trajectory, claims.trajectory))
+        violations.push({
+          component: 'trajectory',
+          code: 'trajectory_unrelated',
+          detail: `trajectory_id must equal the parent's (${parent.trajectory}) or extend it (${parent.trajectory}.<suffix>)`,
+        });
       const token = violations.length === 0 ? await signToken(this.deps.keys, claims) : '';
+      if (violations.length === 0) checkTokenLength(token, claims);
       return this.deps.writer.submit({
         tenantId,
         fence,
@@ -177,7 +202,9 @@ export class Authority {
               all.unshift({ component: 'parent', code: 'parent_expired', detail: 'the parent capability has expired' });
             }
           }
-          if (all.length > 0) return this.refusal(tenantId, fence, parent.id, claims.trajectory, all).run(tx, now);
+          // Filed under the parent's trajectory when the child asked for an unrelated one: the tree's view shows the attempt.
+          const filedUnder = extendsTrajectory(parent.trajectory, claims.trajectory) ? claims.trajectory : parent.trajectory;
+          if (all.length > 0) return this.refusal(tenantId, fence, parent.id, filedUnder, all, body.trajectory_id).run(tx, now);
           await tx.insertCapability(
             this.newRow(
               claims,
@@ -196,6 +223,7 @@ export class Authority {
     parentId: string | null,
     trajectoryId: string | null,
     violations: Violation[],
+    requestedTrajectory?: string,
   ): DecisionUnit<IssueResult> {
     const error = new ApiError(403, 'attenuation_refused', `the child would hold more than its parent: ${violations.map((v) => v.code).join(', ')}`, {
       violations,
@@ -219,7 +247,10 @@ export class Authority {
           target: null,
           cost: null,
           callId: null,
-          detail: { violations },
+          detail:
+            requestedTrajectory === undefined || requestedTrajectory === trajectoryId
+              ? { violations }
+              : { violations, requested_trajectory_id: requestedTrajectory },
         },
       }),
     };
@@ -302,7 +333,13 @@ export class Authority {
     const cost = toMicro(body.cost);
     if (!cost.ok) errors.push({ path: 'cost', message: cost.error });
     if (!target.ok || !cost.ok) throw invalidRequest(errors);
-    const req: ApproveRequest = { op: body.op, target: target.value, cost: cost.value, args: body.args ?? {} };
+    const req: ApproveRequest & { requested: ApproveBody['target'] } = {
+      op: body.op,
+      target: target.value,
+      cost: cost.value,
+      args: body.args ?? {},
+      requested: body.target,
+    };
     const callId = body.call_id ?? null;
 
     const verified = await this.tokens.verify(body.token);
@@ -318,14 +355,14 @@ export class Authority {
     const outcome = await this.idempotent({ tenantId, scope: 'approve', key: callId === null ? undefined : `${cap.id}:${callId}` }, requestHash, (fence) =>
       this.deps.writer.submit(this.approveUnit(tenantId, fence, cap, req, callId, null)),
     );
-    return 'replay' in outcome ? outcome.replay : this.approveReply(outcome.result);
+    return 'replay' in outcome ? replayedApproval(outcome.replay) : this.approveReply(outcome.result);
   }
 
   private approveUnit(
     tenantId: string,
     fence: Fence | null,
     cap: VerifiedCapability | null,
-    req: ApproveRequest,
+    req: ApproveRequest & { requested: ApproveBody['target'] },
     callId: string | null,
     preDenied: Deny | null,
   ): DecisionUnit<ApproveResult> {
@@ -358,7 +395,7 @@ export class Authority {
         return {
           result,
           // Stored on the idempotency record only; without a call_id nothing would read it.
-          ...(fence === null ? {} : { response: { status: 200, body: approveBody(result) } }),
+          ...(fence === null ? {} : { response: { status: 200, body: { ...approveBody(result), decided_at: now.toISOString() } } }),
           audit: {
             id: auditId,
             event: 'approve',
@@ -371,7 +408,7 @@ export class Authority {
             target: req.target,
             cost: req.cost,
             callId,
-            detail: decision.decision === 'deny' ? { message: decision.message } : null,
+            detail: approveDetail(req, decision.decision === 'deny' ? decision.message : null),
           },
         };
       },
@@ -482,6 +519,47 @@ interface ApproveResult {
   readonly remaining: { budgetRemaining: bigint | null; callsRemaining: number | null };
   readonly auditId: string;
   readonly capabilityId: string | null;
+}
+
+/** Longest string an approve audit row keeps of the requested target and of each argument. */
+export const AUDIT_STRING_CHARS = 1024;
+
+/** `s` cut to AUDIT_STRING_CHARS; the row says when it was cut, so nobody mistakes it for the whole. */
+function bounded(s: string): { value: string; truncated: boolean } {
+  return s.length <= AUDIT_STRING_CHARS ? { value: s, truncated: false } : { value: s.slice(0, AUDIT_STRING_CHARS), truncated: true };
+}
+
+/**
+ * An approve row's detail: the target as the caller sent it (before resolution, so `../../etc/passwd`
+ * shows as sent; the resolved one is the row's `target`) and the args, strings bounded; the deny
+ * message when denied.
+ */
+function approveDetail(req: { requested: ApproveBody['target']; args: Record<string, unknown> }, message: string | null): Record<string, unknown> {
+  let truncated = false;
+  const cut = (v: unknown): unknown => {
+    if (typeof v !== 'string') return v;
+    const b = bounded(v);
+    truncated ||= b.truncated;
+    return b.value;
+  };
+  const requested = Object.fromEntries(Object.entries(req.requested).map(([k, v]) => [k, cut(v)]));
+  const args = Object.fromEntries(Object.entries(req.args).map(([k, v]) => [k, cut(v)]));
+  return {
+    ...(message === null ? {} : { message }),
+    requested_target: requested,
+    ...(Object.keys(args).length === 0 ? {} : { args }),
+    ...(truncated ? { truncated: true } : {}),
+  };
+}
+
+/**
+ * A repeated `call_id` gets the first decision as it was made then, even if the capability was
+ * revoked since: marked `replayed`, with the time it was decided (null for decisions stored before
+ * that time was kept).
+ */
+function replayedApproval(stored: StoredResponse): Reply {
+  const body = stored.body as Record<string, unknown>;
+  return { status: stored.status, body: { ...body, replayed: true, decided_at: body.decided_at ?? null } };
 }
 
 function approveBody(r: ApproveResult): Record<string, unknown> {
