@@ -5,7 +5,6 @@
  */
 import { OpenAPIHono, createRoute, z } from '@hono/zod-openapi';
 import type { Context, MiddlewareHandler, Next } from 'hono';
-import { swaggerUI } from '@hono/swagger-ui';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { ZodError } from 'zod';
@@ -18,6 +17,7 @@ import { ApiError, invalidRequest, unavailable, type FieldError } from '../servi
 import { newId } from '../crypto/hash.js';
 import { Authenticator } from '../service/tenants.js';
 import type { Metrics } from './metrics.js';
+import { addDocs, type DocsAssets } from './docs.js';
 import { UI_CSP, UI_CSS, UI_HTML, UI_JS } from './ui.js';
 
 export interface AppDeps {
@@ -33,6 +33,8 @@ export interface AppDeps {
   readonly log?: (entry: Record<string, unknown>) => void;
   /** When given, decisions and latencies are counted and served at GET /metrics. */
   readonly metrics?: Metrics;
+  /** Swagger UI's files for GET /docs (the Node entry reads them from swagger-ui-dist); without them there is no /docs. */
+  readonly docsAssets?: DocsAssets;
 }
 
 type Env = { Variables: { tenantId: string; requestId: string } };
@@ -40,7 +42,6 @@ type Env = { Variables: { tenantId: string; requestId: string } };
 export const MAX_BODY_BYTES = 64 * 1024;
 /** Where the audit checkpoint keys are published, without auth. */
 export const AUDIT_KEYS_PATH = '/.well-known/warrant-audit-keys.json';
-const SWAGGER_UI_VERSION = '5.35.0';
 
 function fieldErrors(error: ZodError, prefix: string): FieldError[] {
   const out: FieldError[] = [];
@@ -327,8 +328,8 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       return c.json(auditKeys.jwks);
     });
   }
-  // An interactive reference over the same document; its assets come from a CDN at a pinned version.
-  app.get('/docs', swaggerUI({ url: '/openapi.json', version: SWAGGER_UI_VERSION, persistAuthorization: true, title: 'Warrant API' }));
+  // An interactive reference over the same document, its assets served from here (docs.ts).
+  addDocs(app, deps.docsAssets);
   app.get('/ui', (c) => c.html(UI_HTML, 200, { 'Content-Security-Policy': UI_CSP }));
   app.get('/ui/app.js', (c) => c.body(UI_JS, 200, { 'Content-Type': 'text/javascript; charset=utf-8', 'Content-Security-Policy': UI_CSP }));
   app.get('/ui/app.css', (c) => c.body(UI_CSS, 200, { 'Content-Type': 'text/css; charset=utf-8' }));

@@ -19,6 +19,7 @@ import { Checkpointer } from '../audit/service.js';
 import { log, readConfig } from './config.js';
 import { ensurePrivateDir, lockDataDir, StartupRefused } from './datadir.js';
 import { openConfiguredDatabase, PGLITE_DURABILITY } from './db.js';
+import { loadDocsAssets } from './docs-assets.js';
 import { FileSink } from './file-sink.js';
 import { loadKeys } from './keyfile.js';
 
@@ -79,7 +80,7 @@ async function main(): Promise<void> {
     onBatch: (size) => metrics.batch(size),
     onDefer: (retried, waited) => metrics.treeLocked(retried, waited),
   });
-  const app = createApp({ store, writer, keys, auditKeys, checkpointIntervalS: config.checkpointIntervalS, now, log, metrics });
+  const app = createApp({ store, writer, keys, auditKeys, checkpointIntervalS: config.checkpointIntervalS, now, log, metrics, docsAssets: loadDocsAssets() });
   const checkpointer = new Checkpointer({
     db: database.db,
     keys: auditKeys,
