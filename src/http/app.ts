@@ -15,7 +15,11 @@ import type { DecisionWriter } from '../store/writer.js';
 import { Authority, Reads, type Reply } from '../service/authority.js';
 import { ApiError, invalidRequest, unavailable, type FieldError } from '../service/errors.js';
 import { newId } from '../crypto/hash.js';
-import { Authenticator } from '../service/tenants.js';
+import { Authenticator, KEY_CACHE_TTL_MS } from '../service/tenants.js';
+import { forbidden } from '../service/access.js';
+import { hasRole, rolesFor, routeOf } from '../service/keys.js';
+import { CreateKeyBody, KeyAdmin, KeyId } from '../service/key-admin.js';
+import type { CallerIds } from '../store/writer.js';
 import type { Metrics } from './metrics.js';
 import { addDocs, type DocsAssets } from './docs.js';
 import { UI_CSP, UI_CSS, UI_HTML, UI_JS } from './ui.js';
@@ -37,7 +41,7 @@ export interface AppDeps {
   readonly docsAssets?: DocsAssets;
 }
 
-type Env = { Variables: { tenantId: string; requestId: string } };
+type Env = { Variables: { tenantId: string; requestId: string; keyId: string } };
 
 export const MAX_BODY_BYTES = 64 * 1024;
 /** Where the audit checkpoint keys are published, without auth. */
@@ -68,7 +72,7 @@ const AuditQuery = z.strictObject({
   trajectory_id: TrajectoryId.optional(),
   capability_id: Id.optional(),
   decision: z.enum(['grant', 'deny']).optional(),
-  event: z.enum(['mint', 'attenuate', 'approve', 'revoke']).optional(),
+  event: z.enum(['mint', 'attenuate', 'approve', 'revoke', 'access']).optional(),
   after: z.string().min(1).max(19).regex(/^\d+$/).optional(),
   limit: z.coerce.number().int().min(1).max(1000).optional(),
 });
@@ -122,6 +126,31 @@ const routes = {
     request: { query: AuditQuery },
     responses: { 200: json(Any, 'entries and the next cursor'), ...errors(400, 401, 503) },
   }),
+  createKey: createRoute({
+    method: 'post',
+    path: '/v1/api-keys',
+    tags: ['api keys'],
+    summary: 'Create an API key of the tenant (admin)',
+    description: 'The key is in `api_key`, shown only in this answer; only its hash is stored.',
+    request: { body: body(CreateKeyBody) },
+    responses: { 201: json(Any, 'the key, with its secret this once'), ...errors(400, 401, 403, 413, 415, 503) },
+  }),
+  listKeys: createRoute({
+    method: 'get',
+    path: '/v1/api-keys',
+    tags: ['api keys'],
+    summary: "The tenant's API keys, without secrets (admin)",
+    responses: { 200: json(Any, 'the keys'), ...errors(401, 403, 503) },
+  }),
+  revokeKey: createRoute({
+    method: 'delete',
+    path: '/v1/api-keys/{id}',
+    tags: ['api keys'],
+    summary: 'Revoke an API key (admin)',
+    description: `Refused at once by this instance; other instances may accept it for up to ${KEY_CACHE_TTL_MS / 1000} s (their key cache).`,
+    request: { params: z.strictObject({ id: KeyId }) },
+    responses: { 200: json(Any, 'the revoked key'), ...errors(400, 401, 403, 404, 503) },
+  }),
   verify: createRoute({
     method: 'get',
     path: '/v1/audit/verify',
@@ -138,6 +167,10 @@ const routes = {
     responses: { 200: json(Any, 'the receipt'), ...errors(400, 401, 404, 409, 503) },
   }),
 };
+
+/** The key and request behind a call, for its audit row. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- any route's context
+const callerOf = (c: Context<Env, any, any>): CallerIds => ({ keyId: c.get('keyId'), requestId: c.get('requestId') });
 
 /** Parses the body (hono caches it for the validators) and refuses malformed JSON and `__proto__` keys. */
 async function parseBody(c: Context, next: Next): Promise<void> {
@@ -203,6 +236,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     ...(deps.checkpointIntervalS === undefined ? {} : { checkpointIntervalS: deps.checkpointIntervalS }),
   });
   const auth = new Authenticator(deps.store, () => deps.now().getTime());
+  const keyAdmin = new KeyAdmin(deps.store, deps.now, auth);
   const app = new OpenAPIHono<Env>({
     defaultHook: (result, c) => {
       if (!result.success) {
@@ -268,29 +302,45 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     c.header('Cache-Control', 'no-store');
     // RFC 7235: the auth scheme is case-insensitive.
     const m = /^Bearer +(\S+)$/i.exec(c.req.header('authorization') ?? '');
-    let tenant;
+    let principal;
     try {
-      tenant = m === null ? null : await auth.authenticate(m[1] as string);
+      principal = m === null ? null : await auth.authenticate(m[1] as string);
     } catch {
       throw unavailable();
     }
-    if (tenant === null) {
+    if (principal === null) {
       c.header('WWW-Authenticate', 'Bearer');
       throw new ApiError(401, 'unauthorized', 'a valid tenant API key is required (Authorization: Bearer …)');
     }
-    c.set('tenantId', tenant.id);
+    c.set('tenantId', principal.tenantId);
+    c.set('keyId', principal.keyId);
+    // Roles are checked before the body is read: a call outside them runs nothing but its audit row.
+    const route = routeOf(c.req.method, c.req.path);
+    const needed = rolesFor(route);
+    if (!hasRole(principal, needed)) {
+      let refusal: ApiError;
+      try {
+        refusal = await forbidden(deps.writer, principal.tenantId, callerOf(c), route, needed);
+      } catch {
+        throw unavailable();
+      }
+      throw refusal;
+    }
     await next();
   });
   app.use('/v1/*', jsonBody);
 
   app.openapi(routes.mint, async (c) =>
-    send(c, counted('mint', await authority.mint(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key']))),
+    send(c, counted('mint', await authority.mint(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'], callerOf(c)))),
   );
   app.openapi(routes.attenuate, async (c) =>
-    send(c, counted('attenuate', await authority.attenuate(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key']))),
+    send(c, counted('attenuate', await authority.attenuate(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'], callerOf(c)))),
   );
-  app.openapi(routes.approve, async (c) => send(c, counted('approve', await authority.approve(c.get('tenantId'), c.req.valid('json')))));
-  app.openapi(routes.revoke, async (c) => send(c, counted('revoke', await authority.revoke(c.get('tenantId'), c.req.valid('json')))));
+  app.openapi(routes.approve, async (c) => send(c, counted('approve', await authority.approve(c.get('tenantId'), c.req.valid('json'), callerOf(c)))));
+  app.openapi(routes.revoke, async (c) => send(c, counted('revoke', await authority.revoke(c.get('tenantId'), c.req.valid('json'), callerOf(c)))));
+  app.openapi(routes.createKey, async (c) => send(c, await keyAdmin.create(c.get('tenantId'), c.req.valid('json'))));
+  app.openapi(routes.listKeys, async (c) => send(c, await keyAdmin.list(c.get('tenantId'))));
+  app.openapi(routes.revokeKey, async (c) => send(c, await keyAdmin.revoke(c.get('tenantId'), c.req.valid('param').id)));
   app.openapi(routes.get, async (c) => send(c, await reads.capability(c.get('tenantId'), c.req.valid('param').id)));
   app.openapi(routes.audit, async (c) => {
     const q = c.req.valid('query');

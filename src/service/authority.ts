@@ -30,7 +30,7 @@ import type { Receipt } from '../audit/receipt.js';
 import { verifyStoredAudit } from '../audit/verify.js';
 import { hashedFields } from '../store/audit.js';
 import { StoreUnavailable, type AuditFilter, type AuditRecord, type Store } from '../store/store.js';
-import { FenceLost, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
+import { FenceLost, type CallerIds, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
 import { ApiError, invalidRequest, unavailable, type FieldError } from './errors.js';
 import { TokenCache } from './token-cache.js';
 
@@ -110,7 +110,7 @@ export class Authority {
 
   // ---- mint -----------------------------------------------------------------------------------
 
-  async mint(tenantId: string, body: MintBody, idempotencyKey: string | undefined): Promise<Reply> {
+  async mint(tenantId: string, body: MintBody, idempotencyKey: string | undefined, caller?: CallerIds): Promise<Reply> {
     const errors: FieldError[] = [];
     const objects = canonicalObjects(body.objects, errors);
     const predicate = canonicalPred(body.predicate, errors);
@@ -132,7 +132,7 @@ export class Authority {
     const token = await signToken(this.deps.keys, claims);
     checkTokenLength(token, claims);
     return this.issue(tenantId, 'mint', idempotencyKey, body, async (fence) => {
-      return this.deps.writer.submit({
+      return this.submitAs(caller, {
         tenantId,
         fence,
         newTree: claims.id,
@@ -146,7 +146,7 @@ export class Authority {
 
   // ---- attenuate ------------------------------------------------------------------------------
 
-  async attenuate(tenantId: string, body: AttenuateBody, idempotencyKey: string | undefined): Promise<Reply> {
+  async attenuate(tenantId: string, body: AttenuateBody, idempotencyKey: string | undefined, caller?: CallerIds): Promise<Reply> {
     const errors: FieldError[] = [];
     const objects = canonicalObjects(body.objects, errors);
     const predicate = canonicalPred(body.predicate, errors);
@@ -155,7 +155,8 @@ export class Authority {
     return this.issue(tenantId, 'attenuate', idempotencyKey, body, async (fence) => {
       if (!verified.ok || verified.capability.tenant !== tenantId) {
         const detail = !verified.ok ? verified.message : 'the parent capability belongs to another tenant';
-        return this.deps.writer.submit(
+        return this.submitAs(
+          caller,
           this.refusal(tenantId, fence, null, body.trajectory_id ?? null, [{ component: 'parent', code: 'parent_invalid', detail }]),
         );
       }
@@ -181,7 +182,7 @@ export class Authority {
         });
       const token = violations.length === 0 ? await signToken(this.deps.keys, claims) : '';
       if (violations.length === 0) checkTokenLength(token, claims);
-      return this.deps.writer.submit({
+      return this.submitAs(caller, {
         tenantId,
         fence,
         chainOf: parent.id,
@@ -325,7 +326,7 @@ export class Authority {
 
   // ---- approve --------------------------------------------------------------------------------
 
-  async approve(tenantId: string, body: ApproveBody): Promise<Reply> {
+  async approve(tenantId: string, body: ApproveBody, caller?: CallerIds): Promise<Reply> {
     const errors: FieldError[] = [];
     const target = canonicalTarget(body.target);
     if (!target.ok)
@@ -344,16 +345,16 @@ export class Authority {
 
     const verified = await this.tokens.verify(body.token);
     if (!verified.ok)
-      return this.approveReply(await this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, deny(verified.code, verified.message))));
+      return this.approveReply(await this.submitAs(caller, this.approveUnit(tenantId, null, null, req, callId, deny(verified.code, verified.message))));
     const cap = verified.capability;
     if (cap.tenant !== tenantId) {
       const d = deny('tenant_mismatch', 'the capability belongs to another tenant');
-      return this.approveReply(await this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, d)));
+      return this.approveReply(await this.submitAs(caller, this.approveUnit(tenantId, null, null, req, callId, d)));
     }
     // Hashed only when a call_id asks for idempotency: it is on every approval's path otherwise.
     const requestHash = callId === null ? undefined : hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args });
     const outcome = await this.idempotent({ tenantId, scope: 'approve', key: callId === null ? undefined : `${cap.id}:${callId}` }, requestHash, (fence) =>
-      this.deps.writer.submit(this.approveUnit(tenantId, fence, cap, req, callId, null)),
+      this.submitAs(caller, this.approveUnit(tenantId, fence, cap, req, callId, null)),
     );
     return 'replay' in outcome ? replayedApproval(outcome.replay) : this.approveReply(outcome.result);
   }
@@ -421,13 +422,13 @@ export class Authority {
 
   // ---- revoke ---------------------------------------------------------------------------------
 
-  async revoke(tenantId: string, body: RevokeBody): Promise<Reply> {
+  async revoke(tenantId: string, body: RevokeBody, caller?: CallerIds): Promise<Reply> {
     const reason = body.reason ?? null;
     // A capability's trajectory never changes: read it first, so the revoke row is found by trajectory.
     const target = await this.guard(() => this.deps.store.getCapability(tenantId, body.capability_id));
     if (target === null) throw new ApiError(404, 'not_found', 'no such capability');
     const revoked = await this.guard(() =>
-      this.deps.writer.submit<string[] | null>({
+      this.submitAs<string[] | null>(caller, {
         tenantId,
         fence: null,
         chainOf: body.capability_id,
@@ -497,6 +498,11 @@ export class Authority {
     } catch {
       // The database is unreachable: the claim stays in flight and a repeat takes it over after the lease.
     }
+  }
+
+  /** Submits a decision, its audit row recording who asked (key id and request id). */
+  private submitAs<R>(caller: CallerIds | undefined, unit: DecisionUnit<R>): Promise<R> {
+    return this.deps.writer.submit(caller === undefined ? unit : { ...unit, caller });
   }
 
   /** Any store failure becomes 503: fail closed. */
@@ -688,6 +694,8 @@ export function auditEntry(r: AuditRecord): Record<string, unknown> {
     cost: r.cost === null ? null : fromMicro(BigInt(r.cost)),
     call_id: r.callId,
     detail: r.detail,
+    key_id: r.keyId,
+    request_id: r.requestId,
     hash: r.hash,
     prev_hash: r.prevHash,
   };

@@ -8,7 +8,7 @@ import type { PgDatabase, PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg
 import type { ChainLink } from '../core/approve.js';
 import type { ChainHead } from './audit.js';
 import type { BatchConn } from './batch.js';
-import { audit, auditHeads, capabilities, idempotency, tenants } from './schema.js';
+import { apiKeys, audit, auditHeads, capabilities, idempotency, tenants } from './schema.js';
 
 // Both drivers' databases and transactions share these shapes; their result kinds differ only for
 // raw `execute`, whose result this module never reads.
@@ -35,9 +35,10 @@ export const GENESIS_HASH = '0'.repeat(64);
 export interface TenantRecord {
   readonly id: string;
   readonly name: string;
-  readonly keyId: string;
-  readonly keyHash: string;
 }
+
+/** An API key as stored (never the key itself: its hash). */
+export type ApiKeyRecord = typeof apiKeys.$inferSelect;
 
 export interface NewCapability {
   readonly id: string;
@@ -71,7 +72,7 @@ export interface AuditFilter {
   readonly trajectoryId?: string;
   readonly capabilityId?: string;
   readonly decision?: 'grant' | 'deny';
-  readonly event?: 'mint' | 'attenuate' | 'approve' | 'revoke';
+  readonly event?: 'mint' | 'attenuate' | 'approve' | 'revoke' | 'access';
   /** Rows after this `pos` (the listing cursor). */
   readonly afterPos?: number;
   readonly limit: number;
@@ -268,10 +269,11 @@ export class Store {
     await this.db.select({ one: sql<number>`1` }).from(sql`(SELECT 1) AS ping`);
   }
 
-  /** Creates a tenant and the genesis of its audit chain. */
-  async createTenant(t: TenantRecord & { createdAt: Date }): Promise<void> {
+  /** Creates a tenant, its first API key and the genesis of its audit chain. */
+  async createTenant(t: TenantRecord & { createdAt: Date }, firstKey: ApiKeyRecord): Promise<void> {
     await this.db.transaction(async (tx) => {
       await tx.insert(tenants).values(t);
+      await tx.insert(apiKeys).values({ ...firstKey, roles: [...firstKey.roles] });
       await tx.insert(auditHeads).values({ tenantId: t.id, treeId: '', seq: 0, hash: GENESIS_HASH, lastId: null });
     });
   }
@@ -281,11 +283,40 @@ export class Store {
     return Number(row?.n ?? 0);
   }
 
-  async tenantByKeyId(keyId: string): Promise<TenantRecord | null> {
+  /** An API key by its public id, with its tenant; revoked and expired ones too (the caller decides). */
+  async apiKeyById(keyId: string): Promise<{ key: ApiKeyRecord; tenant: TenantRecord } | null> {
     const [row] = await this.db
-      .select({ id: tenants.id, name: tenants.name, keyId: tenants.keyId, keyHash: tenants.keyHash })
-      .from(tenants)
-      .where(eq(tenants.keyId, keyId));
+      .select({ key: apiKeys, tenant: { id: tenants.id, name: tenants.name } })
+      .from(apiKeys)
+      .innerJoin(tenants, eq(tenants.id, apiKeys.tenantId))
+      .where(eq(apiKeys.id, keyId));
+    return row ?? null;
+  }
+
+  async insertApiKey(k: ApiKeyRecord): Promise<void> {
+    await this.db.insert(apiKeys).values({ ...k, roles: [...k.roles] });
+  }
+
+  /** The tenant's keys, oldest first. */
+  async listApiKeys(tenantId: string): Promise<ApiKeyRecord[]> {
+    return this.db.select().from(apiKeys).where(eq(apiKeys.tenantId, tenantId)).orderBy(asc(apiKeys.createdAt), asc(apiKeys.id));
+  }
+
+  /** Revokes a key of the tenant (the first revocation time stays); null when the tenant has no such key. */
+  async revokeApiKey(tenantId: string, keyId: string, at: Date): Promise<ApiKeyRecord | null> {
+    await this.db
+      .update(apiKeys)
+      .set({ revokedAt: at })
+      .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId), isNull(apiKeys.revokedAt)));
+    const [row] = await this.db
+      .select()
+      .from(apiKeys)
+      .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId)));
+    return row ?? null;
+  }
+
+  async tenantByName(name: string): Promise<TenantRecord | null> {
+    const [row] = await this.db.select({ id: tenants.id, name: tenants.name }).from(tenants).where(eq(tenants.name, name));
     return row ?? null;
   }
 
@@ -367,8 +398,8 @@ export class Store {
   }
 
   async listTenants(): Promise<TenantRecord[]> {
-    return this.db.select({ id: tenants.id, name: tenants.name, keyId: tenants.keyId, keyHash: tenants.keyHash }).from(tenants);
+    return this.db.select({ id: tenants.id, name: tenants.name }).from(tenants);
   }
 }
 
-export { audit, auditHeads, capabilities, idempotency, tenants };
+export { apiKeys, audit, auditHeads, capabilities, idempotency, tenants };
