@@ -10,7 +10,7 @@ import { afterAll, beforeAll, expect, test } from 'vitest';
 import { sha256Hex } from '../../src/crypto/hash.js';
 import { MIGRATIONS } from '../../src/node/db.js';
 import { Authenticator } from '../../src/service/tenants.js';
-import { Store, type Db } from '../../src/store/store.js';
+import { Store } from '../../src/store/store.js';
 
 const apply = async (pg: PGlite, file: string): Promise<void> => {
   for (const statement of readFileSync(join(MIGRATIONS, file), 'utf8').split('--> statement-breakpoint')) await pg.exec(statement);
