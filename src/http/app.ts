@@ -99,6 +99,10 @@ const routes = {
     path: '/v1/approve',
     tags: ['decisions'],
     summary: 'May this call run?',
+    description:
+      'With a `call_id`, a repeat (same token, op, target, cost and args) returns the first decision as it was made then, even if the capability ' +
+      'was revoked, expired or spent since: marked `"replayed": true` with `decided_at`, charging nothing and writing no audit row. ' +
+      'Other values under the same `call_id` are 409 `idempotency_conflict`.',
     request: { body: body(ApproveBody) },
     responses: { 200: json(Any, 'grant or deny, with its audit id'), ...errors(400, 401, 409, 413, 415, 503) },
   }),
