@@ -70,6 +70,8 @@ const body = <T extends z.ZodType>(schema: T) => ({ required: true as const, con
 
 const AuditQuery = z.strictObject({
   trajectory_id: TrajectoryId.optional(),
+  /** Every row of the trees rooted at this trajectory: a trajectory's view with its subagents' rows. */
+  root_trajectory_id: TrajectoryId.optional(),
   capability_id: Id.optional(),
   decision: z.enum(['grant', 'deny']).optional(),
   event: z.enum(['mint', 'attenuate', 'approve', 'revoke', 'access']).optional(),
@@ -352,6 +354,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       c,
       await reads.audit(c.get('tenantId'), {
         trajectoryId: q.trajectory_id,
+        rootTrajectoryId: q.root_trajectory_id,
         capabilityId: q.capability_id,
         decision: q.decision,
         event: q.event,

@@ -696,6 +696,7 @@ export function auditEntry(r: AuditRecord): Record<string, unknown> {
     detail: r.detail,
     key_id: r.keyId,
     request_id: r.requestId,
+    root_trajectory_id: r.rootTrajectoryId,
     hash: r.hash,
     prev_hash: r.prevHash,
   };

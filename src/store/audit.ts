@@ -8,11 +8,15 @@ import { canonicalJson, sha256Hex } from '../crypto/hash.js';
 import type { AuditRecord } from './store.js';
 
 /** A row as hashed: key and request ids may be absent (rows written before they were recorded). */
-export type HashedRow = Omit<AuditRecord, 'hash' | 'pos' | 'keyId' | 'requestId'> & { readonly keyId?: string | null; readonly requestId?: string | null };
+export type HashedRow = Omit<AuditRecord, 'hash' | 'pos' | 'keyId' | 'requestId' | 'rootTrajectoryId'> & {
+  readonly keyId?: string | null;
+  readonly requestId?: string | null;
+  readonly rootTrajectoryId?: string | null;
+};
 
 /**
- * The fields a row's hash covers: all of them but the hash itself. `key_id` and `request_id` only
- * when set, so rows written before they existed keep their hashes.
+ * The fields a row's hash covers: all of them but the hash itself. `key_id`, `request_id` and
+ * `root_trajectory_id` only when set, so rows written before they existed keep their hashes.
  */
 export function hashedFields(r: HashedRow): Record<string, unknown> {
   return {
@@ -35,6 +39,7 @@ export function hashedFields(r: HashedRow): Record<string, unknown> {
     detail: r.detail,
     ...(r.keyId === null || r.keyId === undefined ? {} : { key_id: r.keyId }),
     ...(r.requestId === null || r.requestId === undefined ? {} : { request_id: r.requestId }),
+    ...(r.rootTrajectoryId === null || r.rootTrajectoryId === undefined ? {} : { root_trajectory_id: r.rootTrajectoryId }),
     prev_hash: r.prevHash,
   };
 }

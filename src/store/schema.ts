@@ -141,6 +141,8 @@ export const audit = pgTable(
     keyId: text('key_id'),
     /** The request's id (X-Request-Id), to find its log lines. */
     requestId: text('request_id'),
+    /** The trajectory of the row's delegation tree's root: a trajectory's view includes its subagents' rows. */
+    rootTrajectoryId: text('root_trajectory_id'),
     prevHash: text('prev_hash').notNull(),
     hash: text('hash').notNull(),
   },
@@ -149,6 +151,7 @@ export const audit = pgTable(
     uniqueIndex('audit_pos_idx').on(t.tenantId, t.pos),
     index('audit_capability_idx').on(t.tenantId, t.capabilityId, t.pos),
     index('audit_trajectory_idx').on(t.tenantId, t.trajectoryId, t.pos),
+    index('audit_root_trajectory_idx').on(t.tenantId, t.rootTrajectoryId, t.pos),
   ],
 );
 

@@ -70,6 +70,8 @@ export type AuditRecord = typeof audit.$inferSelect;
 
 export interface AuditFilter {
   readonly trajectoryId?: string;
+  /** Rows of the trees whose root has this trajectory: subagents' rows included. */
+  readonly rootTrajectoryId?: string;
   readonly capabilityId?: string;
   readonly decision?: 'grant' | 'deny';
   readonly event?: 'mint' | 'attenuate' | 'approve' | 'revoke' | 'access';
@@ -92,6 +94,7 @@ export interface DecisionTx {
 /** A chain link as held during a batch: its stored state plus this batch's charges. */
 interface HeldLink {
   readonly tenantId: string;
+  readonly trajectoryId: string;
   readonly ancestors: readonly string[];
   readonly depth: number;
   revoked: boolean;
@@ -122,11 +125,13 @@ export interface BatchTx extends DecisionTx {
    * own chain) when it is unknown. The same rule as the writer's head lock.
    */
   treeOf(tenantId: string, capabilityId: string): string;
+  /** The trajectory of the root of a held capability's tree; null when it is not held (or another tenant's). */
+  rootTrajectoryOf(tenantId: string, capabilityId: string): string | null;
 }
 
 // The hot path's statements are plain SQL with the same text every batch (prepared once per
 // connection on postgres.js) and JSON parameters, which both drivers pass the same way.
-const LOCK_CHAINS = `SELECT id, tenant_id, to_json(ancestors) AS ancestors, depth, revoked_at IS NOT NULL AS revoked,
+const LOCK_CHAINS = `SELECT id, tenant_id, trajectory_id, to_json(ancestors) AS ancestors, depth, revoked_at IS NOT NULL AS revoked,
   budget::text AS budget, spent::text AS spent, max_calls::text AS max_calls, calls::text AS calls
 FROM capabilities
 WHERE id IN (SELECT unnest(c.ancestors || c.id) FROM capabilities c WHERE c.id IN (SELECT jsonb_array_elements_text($1::jsonb)))
@@ -142,6 +147,7 @@ FROM jsonb_to_recordset($1::jsonb) AS d(id text, spent numeric, calls bigint) WH
 interface LinkRow {
   readonly id: string;
   readonly tenant_id: string;
+  readonly trajectory_id: string;
   readonly ancestors: string[];
   readonly depth: number;
   readonly revoked: boolean;
@@ -166,6 +172,7 @@ export function decisionTx(c: BatchConn): BatchTx {
       if (held.has(r.id)) continue; // the held copy may carry this batch's charges
       held.set(r.id, {
         tenantId: r.tenant_id,
+        trajectoryId: r.trajectory_id,
         ancestors: r.ancestors,
         depth: r.depth,
         revoked: r.revoked,
@@ -201,6 +208,11 @@ export function decisionTx(c: BatchConn): BatchTx {
     holds(tenantId, capabilityId) {
       const chain = heldChain(tenantId, capabilityId);
       return chain !== null && chain.length > 0;
+    },
+    rootTrajectoryOf(tenantId, capabilityId) {
+      const l = held.get(capabilityId);
+      if (l === undefined || l.tenantId !== tenantId) return null;
+      return held.get(l.ancestors[0] ?? capabilityId)?.trajectoryId ?? null;
     },
     treeOf(tenantId, capabilityId) {
       const l = held.get(capabilityId);
@@ -346,6 +358,7 @@ export class Store {
   async listAudit(tenantId: string, f: AuditFilter): Promise<{ entries: AuditRecord[]; nextPos: number | null }> {
     const conds: SQL[] = [eq(audit.tenantId, tenantId)];
     if (f.trajectoryId !== undefined) conds.push(eq(audit.trajectoryId, f.trajectoryId));
+    if (f.rootTrajectoryId !== undefined) conds.push(eq(audit.rootTrajectoryId, f.rootTrajectoryId));
     if (f.capabilityId !== undefined) conds.push(eq(audit.capabilityId, f.capabilityId));
     if (f.decision !== undefined) conds.push(eq(audit.decision, f.decision));
     if (f.event !== undefined) conds.push(eq(audit.event, f.event));

@@ -364,6 +364,9 @@ export class DecisionWriter {
           cost: cost === null ? null : cost.toString(),
           keyId: unit.caller?.keyId ?? null,
           requestId: unit.caller?.requestId ?? null,
+          // A mint starts its tree, so its own trajectory is the root's; otherwise the held chain's root.
+          rootTrajectoryId:
+            unit.newTree !== undefined ? draft.trajectoryId : unit.chainOf === undefined ? null : dtx.rootTrajectoryOf(unit.tenantId, unit.chainOf),
           prevHash: head.hash,
         };
         const { canonical, hash } = sealRow(row);
@@ -445,12 +448,12 @@ FROM jsonb_to_recordset($1::jsonb) AS u(tenant_id text, cap text) JOIN capabilit
  */
 const APPEND_AUDIT = `WITH appended AS (
   INSERT INTO audit (tenant_id, tree_id, seq, id, at, event, decision, reason_code, capability_id, parent_id, trajectory_id, op, target, cost, call_id, detail,
-    key_id, request_id, prev_hash, hash)
+    key_id, request_id, root_trajectory_id, prev_hash, hash)
   SELECT tenant_id, tree_id, seq, id, at, event, decision, reason_code, capability_id, parent_id, trajectory_id, op, target, cost, call_id, detail,
-    key_id, request_id, prev_hash, hash
+    key_id, request_id, root_trajectory_id, prev_hash, hash
   FROM jsonb_to_recordset($1::jsonb) AS x(tenant_id text, tree_id text, seq bigint, id text, at timestamptz, event text, decision text,
     reason_code text, capability_id text, parent_id text, trajectory_id text, op text, target jsonb, cost numeric, call_id text, detail jsonb,
-    key_id text, request_id text, prev_hash text, hash text)
+    key_id text, request_id text, root_trajectory_id text, prev_hash text, hash text)
 )
 INSERT INTO audit_heads AS h (tenant_id, tree_id, seq, hash, last_id)
 SELECT tenant_id, tree_id, seq, hash, "lastId" FROM jsonb_to_recordset($2::jsonb) AS x(tenant_id text, tree_id text, seq bigint, hash text, "lastId" text)

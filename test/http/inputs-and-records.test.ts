@@ -163,3 +163,48 @@ describe.each(BACKENDS)('inputs and records on %s', (backend) => {
     });
   });
 });
+
+describe.each(BACKENDS)('root trajectory on %s', (backend) => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness(backend);
+  });
+  afterAll(async () => h.close());
+
+  test("every row records its tree's root trajectory, so the root's view includes its subagents' refused attenuations", async () => {
+    const root = await h.call('POST', '/v1/capabilities', mintBody({ trajectory_id: 'rt-1', objects: [{ kind: 'path', prefix: '/w' }] }));
+    const child = await h.call('POST', '/v1/attenuate', {
+      parent_token: root.body.token,
+      rights: ['read'],
+      objects: [{ kind: 'path', prefix: '/w/a' }],
+      predicate: PRED,
+      trajectory_id: 'rt-1.sub',
+      ttl_s: 60,
+    });
+    expect(child.status).toBe(201);
+    // The subagent asks for more than it holds: refused, filed under its own trajectory.
+    const widened = await h.call('POST', '/v1/attenuate', {
+      parent_token: child.body.token,
+      rights: ['write'],
+      objects: [{ kind: 'path', prefix: '/w' }],
+      predicate: { ...PRED, max_depth: 0 },
+      trajectory_id: 'rt-1.sub.deeper',
+      ttl_s: 60,
+    });
+    expect(widened.status).toBe(403);
+    await h.call('POST', '/v1/approve', { token: child.body.token, op: 'read', target: { kind: 'path', path: '/w/a/f' }, cost: 0 });
+    await h.call('POST', '/v1/revoke', { capability_id: root.body.capability_id });
+
+    const view = (await h.call('GET', '/v1/audit?root_trajectory_id=rt-1')).body.entries;
+    expect(view.map((r: { event: string; decision: string; trajectory_id: string }) => [r.event, r.decision, r.trajectory_id])).toEqual([
+      ['mint', 'grant', 'rt-1'],
+      ['attenuate', 'grant', 'rt-1.sub'],
+      ['attenuate', 'deny', 'rt-1.sub.deeper'],
+      ['approve', 'grant', 'rt-1.sub'],
+      ['revoke', 'grant', 'rt-1'],
+    ]);
+    for (const r of view) expect(r.root_trajectory_id).toBe('rt-1');
+    expect((await h.call('GET', '/v1/audit?trajectory_id=rt-1')).body.entries).toHaveLength(2);
+    expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+  });
+});
