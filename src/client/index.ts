@@ -49,7 +49,7 @@ export interface StoredCapability extends Omit<Capability, 'token'> {
 export interface AuditEntry {
   readonly id: string;
   readonly at: string;
-  readonly event: 'mint' | 'attenuate' | 'approve' | 'revoke';
+  readonly event: 'mint' | 'attenuate' | 'approve' | 'revoke' | 'access';
   readonly decision: 'grant' | 'deny';
   readonly reason_code: string | null;
   readonly capability_id: string | null;

@@ -48,3 +48,11 @@ export function checkAttenuation(parent: VerifiedCapability, child: ChildSpec, n
   }
   return out;
 }
+
+/**
+ * A child's trajectory equals its parent's or extends it (`<parent>.<suffix>`), so a subagent's
+ * decisions stay filed under the trajectory that delegated to it (issue 14).
+ */
+export function extendsTrajectory(parent: string, child: string): boolean {
+  return child === parent || child.startsWith(`${parent}.`);
+}

@@ -86,8 +86,10 @@ export const Args = z
   .refine((a) => Object.keys(a).length <= MAX_ARGS, `at most ${MAX_ARGS} arguments`)
   .meta({ maxProperties: MAX_ARGS, propertyNames: z.toJSONSchema(ArgName, { target: 'openapi-3.0' }) });
 
+/** The longest token approve and attenuate accept; mint and attenuate never issue a longer one. */
+export const MAX_TOKEN_CHARS = 8192;
 /** Token strings are bounded; a valid one is far shorter. */
-export const Token = z.string().min(1).max(8192);
+export const Token = z.string().min(1).max(MAX_TOKEN_CHARS);
 export const TtlS = z.int().min(1).max(2_592_000);
 
 export const MintBody = z.strictObject({

@@ -90,10 +90,18 @@ export interface Deny {
 
 /** API.md attenuation violation codes. */
 export type ViolationCode =
-  'right_widened' | 'object_widened' | 'predicate_widened' | 'depth_exhausted' | 'expiry_extended' | 'parent_invalid' | 'parent_expired' | 'parent_revoked';
+  | 'right_widened'
+  | 'object_widened'
+  | 'predicate_widened'
+  | 'depth_exhausted'
+  | 'expiry_extended'
+  | 'parent_invalid'
+  | 'parent_expired'
+  | 'parent_revoked'
+  | 'trajectory_unrelated';
 
 export interface Violation {
-  readonly component: 'rights' | 'objects' | 'predicate' | 'expiry' | 'parent';
+  readonly component: 'rights' | 'objects' | 'predicate' | 'expiry' | 'parent' | 'trajectory';
   readonly code: ViolationCode;
   readonly detail: string;
 }

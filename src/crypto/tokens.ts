@@ -4,7 +4,7 @@
  * signature is checked before any claim is read, and any failure is a decision, never a crash.
  */
 import { z } from 'zod';
-import { CompactSign, compactVerify, errors, type CryptoKey, type JWSHeaderParameters } from 'jose';
+import { CompactSign, base64url, compactVerify, errors, type CryptoKey, type JWSHeaderParameters } from 'jose';
 import { ArgBound, Id, Rights, TrajectoryId } from '../core/schemas.js';
 import type { CapabilityClaims, CanonicalObject, CanonicalPredicate, VerifiedCapability } from '../core/types.js';
 import { ALG, type KeyRing } from './keys.js';
@@ -63,8 +63,31 @@ export type VerifyResult =
 
 class UnknownKey extends Error {}
 
+const BASE64URL = /^[A-Za-z0-9_-]+$/;
+
+/**
+ * Whether `part` is the one canonical base64url (RFC 7515 §2: no padding, no whitespace) encoding
+ * of its bytes. Decoders ignore the unused low bits of the last character, so without this check
+ * several strings verify as one token (and each would be a new cache entry and a new "token").
+ */
+function isCanonicalPart(part: string): boolean {
+  if (!BASE64URL.test(part)) return false;
+  try {
+    return base64url.encode(base64url.decode(part)) === part;
+  } catch {
+    return false;
+  }
+}
+
+/** A compact JWS of three canonical base64url parts (signatures are never empty here). */
+export function isCanonicalCompact(token: string): boolean {
+  const parts = token.split('.');
+  return parts.length === 3 && parts.every(isCanonicalPart);
+}
+
 /** Verifies a token's signature against the ring (EdDSA only), then parses its claims. */
 export async function verifyToken(ring: KeyRing, token: string): Promise<VerifyResult> {
+  if (!isCanonicalCompact(token)) return { ok: false, code: 'bad_token', message: 'the token is invalid: it is not a canonical compact JWS' };
   let kid = '';
   let payload: Uint8Array;
   try {

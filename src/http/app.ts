@@ -5,7 +5,6 @@
  */
 import { OpenAPIHono, createRoute, z } from '@hono/zod-openapi';
 import type { Context, MiddlewareHandler, Next } from 'hono';
-import { swaggerUI } from '@hono/swagger-ui';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { ZodError } from 'zod';
@@ -15,11 +14,16 @@ import { Deadline, DEFAULT_DEADLINE_MS, within } from '../store/deadline.js';
 import { ReadinessProbe } from '../store/readiness.js';
 import type { Store } from '../store/store.js';
 import { DEFAULT_MAX_PENDING, type DecisionWriter } from '../store/writer.js';
-import { Authority, Reads, type Reply } from '../service/authority.js';
-import { ApiError, invalidRequest, unavailable, type FieldError } from '../service/errors.js';
+import { Authority, Reads, type Reply, type RequestContext } from '../service/authority.js';
+import { ApiError, invalidRequest, unavailable, unavailableFrom, type FieldError } from '../service/errors.js';
 import { newId } from '../crypto/hash.js';
-import { Authenticator } from '../service/tenants.js';
+import { Authenticator, KEY_CACHE_TTL_MS } from '../service/tenants.js';
+import { forbidden } from '../service/access.js';
+import { hasRole, rolesFor, routeOf } from '../service/keys.js';
+import { CreateKeyBody, KeyAdmin, KeyId } from '../service/key-admin.js';
+import type { CallerIds } from '../store/writer.js';
 import type { Metrics } from './metrics.js';
+import { addDocs, type DocsAssets } from './docs.js';
 import { UI_CSP, UI_CSS, UI_HTML, UI_JS } from './ui.js';
 
 export interface AppDeps {
@@ -39,16 +43,17 @@ export interface AppDeps {
   readonly deadlineMs?: number;
   /** Most decision requests (mint, attenuate, approve, revoke) pending at once; beyond it, 503 at once. */
   readonly maxPending?: number;
+  /** Swagger UI's files for GET /docs (the Node entry reads them from swagger-ui-dist); without them there is no /docs. */
+  readonly docsAssets?: DocsAssets;
 }
 
-type Env = { Variables: { tenantId: string; requestId: string; deadline: Deadline } };
+type Env = { Variables: { tenantId: string; requestId: string; keyId: string; deadline: Deadline } };
 
 export const MAX_BODY_BYTES = 64 * 1024;
 /** Where the audit checkpoint keys are published, without auth. */
 export const AUDIT_KEYS_PATH = '/.well-known/warrant-audit-keys.json';
 /** Verifying a whole chain reads every row of the tenant: bounded, but not by a decision's deadline. */
 const VERIFY_BOUND_MS = 30_000;
-const SWAGGER_UI_VERSION = '5.35.0';
 
 function fieldErrors(error: ZodError, prefix: string): FieldError[] {
   const out: FieldError[] = [];
@@ -73,9 +78,11 @@ const body = <T extends z.ZodType>(schema: T) => ({ required: true as const, con
 
 const AuditQuery = z.strictObject({
   trajectory_id: TrajectoryId.optional(),
+  /** Every row of the trees rooted at this trajectory: a trajectory's view with its subagents' rows. */
+  root_trajectory_id: TrajectoryId.optional(),
   capability_id: Id.optional(),
   decision: z.enum(['grant', 'deny']).optional(),
-  event: z.enum(['mint', 'attenuate', 'approve', 'revoke']).optional(),
+  event: z.enum(['mint', 'attenuate', 'approve', 'revoke', 'access']).optional(),
   after: z.string().min(1).max(19).regex(/^\d+$/).optional(),
   limit: z.coerce.number().int().min(1).max(1000).optional(),
 });
@@ -102,6 +109,10 @@ const routes = {
     path: '/v1/approve',
     tags: ['decisions'],
     summary: 'May this call run?',
+    description:
+      'With a `call_id`, a repeat (same token, op, target, cost and args) returns the first decision as it was made then, even if the capability ' +
+      'was revoked, expired or spent since: marked `"replayed": true` with `decided_at`, charging nothing and writing no audit row. ' +
+      'Other values under the same `call_id` are 409 `idempotency_conflict`.',
     request: { body: body(ApproveBody) },
     responses: { 200: json(Any, 'grant or deny, with its audit id'), ...errors(400, 401, 409, 413, 415, 503) },
   }),
@@ -129,6 +140,31 @@ const routes = {
     request: { query: AuditQuery },
     responses: { 200: json(Any, 'entries and the next cursor'), ...errors(400, 401, 503) },
   }),
+  createKey: createRoute({
+    method: 'post',
+    path: '/v1/api-keys',
+    tags: ['api keys'],
+    summary: 'Create an API key of the tenant (admin)',
+    description: 'The key is in `api_key`, shown only in this answer; only its hash is stored.',
+    request: { body: body(CreateKeyBody) },
+    responses: { 201: json(Any, 'the key, with its secret this once'), ...errors(400, 401, 403, 413, 415, 503) },
+  }),
+  listKeys: createRoute({
+    method: 'get',
+    path: '/v1/api-keys',
+    tags: ['api keys'],
+    summary: "The tenant's API keys, without secrets (admin)",
+    responses: { 200: json(Any, 'the keys'), ...errors(401, 403, 503) },
+  }),
+  revokeKey: createRoute({
+    method: 'delete',
+    path: '/v1/api-keys/{id}',
+    tags: ['api keys'],
+    summary: 'Revoke an API key (admin)',
+    description: `Refused at once by this instance; other instances may accept it for up to ${KEY_CACHE_TTL_MS / 1000} s (their key cache).`,
+    request: { params: z.strictObject({ id: KeyId }) },
+    responses: { 200: json(Any, 'the revoked key'), ...errors(400, 401, 403, 404, 503) },
+  }),
   verify: createRoute({
     method: 'get',
     path: '/v1/audit/verify',
@@ -145,6 +181,13 @@ const routes = {
     responses: { 200: json(Any, 'the receipt'), ...errors(400, 401, 404, 409, 503) },
   }),
 };
+
+/** The key and request behind a call, for its audit row. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- any route's context
+const callerOf = (c: Context<Env, any, any>): CallerIds => ({ keyId: c.get('keyId'), requestId: c.get('requestId') });
+/** Who asks and by when, for a decision. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- any route's context
+const contextOf = (c: Context<Env, any, any>): RequestContext => ({ caller: callerOf(c), deadline: c.get('deadline') });
 
 /** Parses the body (hono caches it for the validators) and refuses malformed JSON and `__proto__` keys. */
 async function parseBody(c: Context, next: Next): Promise<void> {
@@ -238,6 +281,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       throw unavailable();
     }
   };
+  const keyAdmin = new KeyAdmin(deps.store, deps.now, auth);
   const app = new OpenAPIHono<Env>({
     defaultHook: (result, c) => {
       if (!result.success) {
@@ -309,17 +353,30 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     c.set('deadline', deadline);
     // RFC 7235: the auth scheme is case-insensitive.
     const m = /^Bearer +(\S+)$/i.exec(c.req.header('authorization') ?? '');
-    let tenant;
+    let principal;
     try {
-      tenant = m === null ? null : await within(deadline, auth.authenticate(m[1] as string));
+      principal = m === null ? null : await within(deadline, auth.authenticate(m[1] as string));
     } catch {
       throw unavailable();
     }
-    if (tenant === null) {
+    if (principal === null) {
       c.header('WWW-Authenticate', 'Bearer');
       throw new ApiError(401, 'unauthorized', 'a valid tenant API key is required (Authorization: Bearer …)');
     }
-    c.set('tenantId', tenant.id);
+    c.set('tenantId', principal.tenantId);
+    c.set('keyId', principal.keyId);
+    // Roles are checked before the body is read: a call outside them runs nothing but its audit row.
+    const route = routeOf(c.req.method, c.req.path);
+    const needed = rolesFor(route);
+    if (!hasRole(principal, needed)) {
+      let refusal: ApiError;
+      try {
+        refusal = await forbidden(deps.writer, principal.tenantId, callerOf(c), route, needed, deadline);
+      } catch (e) {
+        throw unavailableFrom(e);
+      }
+      throw refusal;
+    }
     await next();
   });
   app.use('/v1/*', jsonBody);
@@ -327,10 +384,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   app.openapi(routes.mint, async (c) =>
     send(
       c,
-      counted(
-        'mint',
-        await admitted(() => authority.mint(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'], c.get('deadline'))),
-      ),
+      counted('mint', await admitted(() => authority.mint(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'], contextOf(c)))),
     ),
   );
   app.openapi(routes.attenuate, async (c) =>
@@ -338,16 +392,19 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       c,
       counted(
         'attenuate',
-        await admitted(() => authority.attenuate(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'], c.get('deadline'))),
+        await admitted(() => authority.attenuate(c.get('tenantId'), c.req.valid('json'), c.req.valid('header')['idempotency-key'], contextOf(c))),
       ),
     ),
   );
   app.openapi(routes.approve, async (c) =>
-    send(c, counted('approve', await admitted(() => authority.approve(c.get('tenantId'), c.req.valid('json'), c.get('deadline'))))),
+    send(c, counted('approve', await admitted(() => authority.approve(c.get('tenantId'), c.req.valid('json'), contextOf(c))))),
   );
   app.openapi(routes.revoke, async (c) =>
-    send(c, counted('revoke', await admitted(() => authority.revoke(c.get('tenantId'), c.req.valid('json'), c.get('deadline'))))),
+    send(c, counted('revoke', await admitted(() => authority.revoke(c.get('tenantId'), c.req.valid('json'), contextOf(c))))),
   );
+  app.openapi(routes.createKey, async (c) => send(c, await bounded(c, keyAdmin.create(c.get('tenantId'), c.req.valid('json')))));
+  app.openapi(routes.listKeys, async (c) => send(c, await bounded(c, keyAdmin.list(c.get('tenantId')))));
+  app.openapi(routes.revokeKey, async (c) => send(c, await bounded(c, keyAdmin.revoke(c.get('tenantId'), c.req.valid('param').id))));
   app.openapi(routes.get, async (c) => send(c, await bounded(c, reads.capability(c.get('tenantId'), c.req.valid('param').id))));
   app.openapi(routes.audit, async (c) => {
     const q = c.req.valid('query');
@@ -357,6 +414,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
         c,
         reads.audit(c.get('tenantId'), {
           trajectoryId: q.trajectory_id,
+          rootTrajectoryId: q.root_trajectory_id,
           capabilityId: q.capability_id,
           decision: q.decision,
           event: q.event,
@@ -390,8 +448,8 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       return c.json(auditKeys.jwks);
     });
   }
-  // An interactive reference over the same document; its assets come from a CDN at a pinned version.
-  app.get('/docs', swaggerUI({ url: '/openapi.json', version: SWAGGER_UI_VERSION, persistAuthorization: true, title: 'Warrant API' }));
+  // An interactive reference over the same document, its assets served from here (docs.ts).
+  addDocs(app, deps.docsAssets);
   app.get('/ui', (c) => c.html(UI_HTML, 200, { 'Content-Security-Policy': UI_CSP }));
   app.get('/ui/app.js', (c) => c.body(UI_JS, 200, { 'Content-Type': 'text/javascript; charset=utf-8', 'Content-Security-Policy': UI_CSP }));
   app.get('/ui/app.css', (c) => c.body(UI_CSS, 200, { 'Content-Type': 'text/css; charset=utf-8' }));

@@ -28,6 +28,7 @@ import { openConfiguredDatabase } from './db.js';
 import { FileSink, sinkFile } from './file-sink.js';
 import { keyFile, loadKeys } from './keyfile.js';
 
+const COMMAND = 'npm run audit';
 const USAGE = `usage: npm run audit -- verify [TENANT_NAME] [--checkpoints FILE|DIR] [--keys JWKS_FILE]
        npm run audit -- checkpoint
        npm run audit -- receipt verify [FILE] --keys JWKS_FILE`;
@@ -143,7 +144,7 @@ async function main(args: string[]): Promise<number> {
   try {
     if (command === 'receipt') return await receipt(config, rest);
     if (command !== 'verify' && command !== 'checkpoint') throw new UsageError(USAGE);
-    const database = await openConfiguredDatabase(config);
+    const database = await openConfiguredDatabase(config, COMMAND);
     try {
       await database.migrate();
       const store = new Store(database.db);

@@ -86,13 +86,17 @@ export function log(entry: Record<string, unknown>): void {
   }
 }
 
-/** Runs a command-line tool's `main` and exits with its code; a failure is printed under `name`, exit 1. */
+/**
+ * Runs a command-line tool's `main` and exits with its code; a failure is printed under `name`,
+ * exit 1, or the refusal's own code (2 for a data directory held by another process).
+ */
 export function runMain(name: string, main: (args: string[]) => Promise<number>): void {
   main(process.argv.slice(2)).then(
     (code) => process.exit(code),
     (e: unknown) => {
       console.error(`${name}: ${e instanceof Error ? e.message : String(e)}`);
-      process.exit(1);
+      const code = (e as { exitCode?: unknown } | null)?.exitCode;
+      process.exit(typeof code === 'number' ? code : 1);
     },
   );
 }

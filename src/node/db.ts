@@ -3,10 +3,11 @@
  * URL is given, else embedded PGlite in a data directory. Migrations under db/migrations are
  * applied under an advisory lock, so instances starting together never race.
  */
-import { mkdirSync } from 'node:fs';
+import fs from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { PGlite } from '@electric-sql/pglite';
+import { PGlite, type PGliteOptions } from '@electric-sql/pglite';
+import { NodeFS } from '@electric-sql/pglite/nodefs';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
@@ -15,6 +16,7 @@ import postgres from 'postgres';
 import type { PoolUse } from '../http/metrics.js';
 import type { Db } from '../store/store.js';
 import { DEFAULT_STATEMENT_TIMEOUT_MS, type Config } from './config.js';
+import { ensurePrivateDir, lockDataDir } from './datadir.js';
 
 export const MIGRATIONS = resolve(dirname(fileURLToPath(import.meta.url)), '../../db/migrations');
 let poolCounter = 0;
@@ -40,6 +42,8 @@ export interface DatabaseOptions {
   readonly poolSize?: number;
   /** PostgreSQL only: statement_timeout and idle_in_transaction_session_timeout of every connection (ms). */
   readonly statementTimeoutMs?: number;
+  /** Who opens it (`server`, `tenant-cli`, …): written in the data directory's lock file for the error a second process gets. */
+  readonly command?: string;
 }
 
 /**
@@ -49,10 +53,21 @@ export interface DatabaseOptions {
  */
 const reconnectDelay = (): number => 0.05 + Math.random() * 0.1;
 
+/**
+ * What survives a crash with embedded PGlite, for the startup log and the README: commits are
+ * fsynced (see `PrivateDurableNodeFS`), so a committed decision survives the process being killed and the
+ * machine losing power, as far as the disk honours fsync.
+ */
+export const PGLITE_DURABILITY =
+  'each commit is fsynced before it is answered (WAL written with fsync): committed decisions survive a killed process and an OS crash; ' +
+  'use DATABASE_URL (a PostgreSQL server) in production for replication, backups and several instances';
+
 /** The database the configuration names: DATABASE_URL's server, else PGlite in WARRANT_DATA_DIR. */
-export function openConfiguredDatabase(config: Config): Promise<Database> {
+export function openConfiguredDatabase(config: Config, command: string): Promise<Database> {
   return openDatabase(
-    config.databaseUrl === undefined ? { dataDir: config.dataDir } : { databaseUrl: config.databaseUrl, statementTimeoutMs: config.statementTimeoutMs },
+    config.databaseUrl === undefined
+      ? { dataDir: config.dataDir, command }
+      : { databaseUrl: config.databaseUrl, statementTimeoutMs: config.statementTimeoutMs },
   );
 }
 
@@ -120,9 +135,67 @@ export function isDatabaseError(e: unknown): boolean {
   return typeof stack === 'string' && /node_modules[\\/]postgres[\\/]/.test(stack);
 }
 
+/** The parts of Emscripten's NODEFS patched below (its internals; pinned with the PGlite version). */
+interface NodeFsInternals {
+  stream_ops: Record<string, unknown>;
+  doSetAttr: (path: unknown, node: unknown, attr: { mode?: number }, ...rest: unknown[]) => void;
+}
+
+/**
+ * PGlite's Node filesystem, made durable and private:
+ * - fsync: PGlite starts PostgreSQL with `-F` (fsync off), and its Emscripten NODEFS has no fsync
+ *   operation, so `fsync()` in the database is a silent no-op and a commit can be lost with the OS.
+ *   This gives the operation a real `fsync(2)` of the file.
+ * - modes: Emscripten's open(O_CREAT) chmods each new file to the mode PostgreSQL asks (0666 here),
+ *   which the umask does not filter; every mode set through NODEFS is stripped of group/other bits.
+ */
+class PrivateDurableNodeFS extends NodeFS {
+  override async init(pg: PGlite, opts: Parameters<NodeFS['init']>[1]): ReturnType<NodeFS['init']> {
+    const patch = (mod: { NODEFS: NodeFsInternals }): void => {
+      const nodefs = mod.NODEFS;
+      nodefs.stream_ops.fsync = (stream: { nfd?: number }): number => {
+        // Through the module object, so that a test can count the calls.
+        if (stream.nfd !== undefined) fs.fsyncSync(stream.nfd);
+        return 0;
+      };
+      const setAttr = nodefs.doSetAttr.bind(nodefs);
+      nodefs.doSetAttr = (path, node, attr, ...rest) => setAttr(path, node, attr.mode === undefined ? attr : { ...attr, mode: attr.mode & ~0o077 }, ...rest);
+    };
+    return super.init(pg, { ...opts, preRun: [...(opts.preRun ?? []), patch] });
+  }
+}
+
+/**
+ * PostgreSQL's start parameters in PGlite without `-F`, and with `wal_sync_method=fsync`: the
+ * WebAssembly build's fdatasync() is a stub that syncs nothing, while fsync() reaches the patch above.
+ */
+const DURABLE_START_PARAMS = [...PGlite.defaultStartParams.filter((p) => p !== '-F'), '-c', 'fsync=on', '-c', 'wal_sync_method=fsync'];
+
+function pgliteOptions(o: DatabaseOptions): PGliteOptions {
+  if (o.dataDir === undefined) return o.loadDataDir === undefined ? {} : { loadDataDir: o.loadDataDir };
+  return { fs: new PrivateDurableNodeFS(o.dataDir), startParams: DURABLE_START_PARAMS, ...(o.loadDataDir === undefined ? {} : { loadDataDir: o.loadDataDir }) };
+}
+
+/**
+ * A data directory is made private before anything is opened: created 0700 (or refused when others
+ * can reach it), locked for this process, and the umask set so that the files PGlite creates for
+ * the life of the process (NODEFS creates them 0666 minus the umask) are the owner's alone.
+ */
+function claimDataDir(dir: string, command: string): () => void {
+  process.umask(0o077);
+  ensurePrivateDir(dir);
+  return lockDataDir(dir, command);
+}
+
 async function openPglite(o: DatabaseOptions): Promise<Database> {
-  if (o.dataDir !== undefined) mkdirSync(o.dataDir, { recursive: true });
-  const client = await PGlite.create(o.dataDir, o.loadDataDir === undefined ? {} : { loadDataDir: o.loadDataDir });
+  const release = o.dataDir === undefined ? () => {} : claimDataDir(o.dataDir, o.command ?? 'warrant');
+  let client: PGlite;
+  try {
+    client = await PGlite.create(pgliteOptions(o));
+  } catch (e) {
+    release();
+    throw e;
+  }
   const db = drizzlePglite(client) as unknown as Db;
   return {
     kind: 'pglite',
@@ -133,6 +206,7 @@ async function openPglite(o: DatabaseOptions): Promise<Database> {
     },
     async close() {
       await client.close();
+      release();
     },
   };
 }

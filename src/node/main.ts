@@ -1,13 +1,15 @@
 /**
  * The Node server entry: configuration from the environment, embedded PGlite when DATABASE_URL is
  * unset, migrations at start, and a hitless shutdown on SIGTERM/SIGINT (stop accepting, answer every
- * request already received, flush the decision writer, close the database, exit).
+ * request already received, flush the decision writer, close the database, exit). Start order: the
+ * data directory is checked private and locked, then the port is bound, and only then is the
+ * database opened, so a second server or a busy port stops before anything is opened.
  */
 import { writeFileSync } from 'node:fs';
 import type { Server as HttpServer } from 'node:http';
-import { Server as NetServer } from 'node:net';
+import { Server as NetServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { serve } from '@hono/node-server';
+import { createAdaptorServer } from '@hono/node-server';
 import { createApp } from '../http/app.js';
 import { Metrics } from '../http/metrics.js';
 import { createTenant } from '../service/tenants.js';
@@ -15,17 +17,46 @@ import { Store } from '../store/store.js';
 import { DecisionWriter } from '../store/writer.js';
 import { Checkpointer } from '../audit/service.js';
 import { log, readConfig } from './config.js';
+import { ensurePrivateDir, lockDataDir, StartupRefused } from './datadir.js';
+import { isDatabaseError, openConfiguredDatabase, PGLITE_DURABILITY } from './db.js';
+import { loadDocsAssets } from './docs-assets.js';
 import { FileSink } from './file-sink.js';
-import { isDatabaseError, openConfiguredDatabase } from './db.js';
+
 import { loadKeys } from './keyfile.js';
+
+/** Binds the port; a busy or forbidden port is a refusal (exit 1) before the database is opened. */
+function bind(server: HttpServer, port: number, host: string): Promise<number> {
+  return new Promise((done, fail) => {
+    server.once('error', (e: NodeJS.ErrnoException) =>
+      fail(new StartupRefused(`cannot listen on ${host}:${port}: ${e.code === 'EADDRINUSE' ? 'the port is in use' : (e.code ?? e.message)}`, 1)),
+    );
+    server.listen(port, host, () => done((server.address() as AddressInfo).port));
+  });
+}
+
+const SERVER_COMMAND = 'the Warrant server (npm start)';
 
 async function main(): Promise<void> {
   const config = readConfig(process.env);
-  const database = await openConfiguredDatabase(config);
+  if (config.databaseUrl === undefined) {
+    process.umask(0o077);
+    ensurePrivateDir(config.dataDir);
+    lockDataDir(config.dataDir, SERVER_COMMAND);
+  }
+  // Until the database is ready every request is 503: the app is created after it opens.
+  let handle: ((req: Request) => Response | Promise<Response>) | null = null;
+  const server = createAdaptorServer({
+    fetch: (req: Request) => handle?.(req) ?? Response.json({ error: { code: 'unavailable', message: 'starting' } }, { status: 503 }),
+  }) as HttpServer;
+  const requests = trackRequests(server);
+  const port = await bind(server, config.port, config.host);
+
+  const database = await openConfiguredDatabase(config, SERVER_COMMAND);
   await database.migrate();
   const store = new Store(database.db);
   const now = (): Date => new Date();
   log({ msg: 'database ready', database: database.kind === 'pglite' ? `embedded PGlite at ${config.dataDir}` : 'PostgreSQL server' });
+  if (database.kind === 'pglite') log({ msg: 'durability of the embedded database', durability: PGLITE_DURABILITY });
 
   if (database.kind === 'pglite' && (await store.countTenants()) === 0) {
     const { apiKey } = await createTenant(store, 'default', now());
@@ -66,7 +97,9 @@ async function main(): Promise<void> {
     metrics,
     deadlineMs: config.deadlineMs,
     maxPending: config.maxPending,
+    docsAssets: loadDocsAssets(),
   });
+
   const checkpointer = new Checkpointer({
     db: database.db,
     keys: auditKeys,
@@ -77,10 +110,8 @@ async function main(): Promise<void> {
   });
   if (config.checkpointIntervalS > 0) checkpointer.start(config.checkpointIntervalS * 1000);
   log({ msg: 'audit checkpoints', every_s: config.checkpointIntervalS, sink: config.checkpointDir, audit_kid: auditKeys.activeKid });
-  const server = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, (info) => {
-    log({ msg: `listening on http://${config.host}:${info.port}`, port: info.port, kid: keys.activeKid });
-  }) as HttpServer;
-  const requests = trackRequests(server);
+  handle = (req) => app.fetch(req);
+  log({ msg: `listening on http://${config.host}:${port}`, port, kid: keys.activeKid });
 
   let stopping = false;
   const stop = (signal: string): void => {
@@ -180,5 +211,7 @@ process.on('uncaughtException', (e) => {
 
 main().catch((e: unknown) => {
   log({ level: 'fatal', msg: 'could not start', error: e instanceof Error ? e.message : String(e) });
-  process.exit(1);
+  // Also on stderr: a refusal is read by a person at a terminal.
+  if (e instanceof StartupRefused) console.error(`warrant: ${e.message}`);
+  process.exit(e instanceof StartupRefused ? e.exitCode : 1);
 });

@@ -8,6 +8,7 @@ import { Store } from '../store/store.js';
 import { readConfig, runMain } from './config.js';
 import { openConfiguredDatabase } from './db.js';
 
+const COMMAND = 'npm run tenant';
 const USAGE = 'usage: npm run tenant -- create NAME | list';
 
 async function main(args: string[]): Promise<number> {
@@ -21,7 +22,7 @@ async function main(args: string[]): Promise<number> {
     return 2;
   }
   const config = readConfig(process.env);
-  const database = await openConfiguredDatabase(config);
+  const database = await openConfiguredDatabase(config, COMMAND);
   try {
     await database.migrate();
     const store = new Store(database.db);

@@ -2,6 +2,7 @@
  * `npx warrant <command>`: one tool for operators and scripts.
  *
  *   tenant create NAME | list          the tenant CLI (same database as the server)
+ *   api-keys create|list|revoke …      scoped API keys of a tenant (roles, expiry)
  *   keys rotate | list                 the key CLI
  *   audit verify [NAME]                the offline audit chain check
  *   mint | attenuate | approve | revoke   POST the JSON body read from stdin to a running server
@@ -17,7 +18,7 @@ import { join } from 'node:path';
 import { WarrantClient, WarrantError, verifyOffline } from '../client/index.js';
 import { readConfig } from './config.js';
 
-const USAGE = `usage: warrant tenant|keys|audit …  |  warrant mint|attenuate|approve|revoke < body.json
+const USAGE = `usage: warrant tenant|api-keys|keys|audit …  |  warrant mint|attenuate|approve|revoke < body.json
        warrant capability ID | audit-log [query] | verify-audit | inspect TOKEN [JWKS_URL]`;
 
 /** Hands over to one of the existing CLIs, which read their arguments from process.argv. */
@@ -84,7 +85,7 @@ async function run(command: string | undefined, args: string[]): Promise<unknown
 
 async function main(argv: string[]): Promise<void> {
   const [command, ...args] = argv;
-  const delegated: Record<string, string> = { tenant: './tenant-cli.js', keys: './keys-cli.js', audit: './audit-cli.js' };
+  const delegated: Record<string, string> = { tenant: './tenant-cli.js', 'api-keys': './api-keys-cli.js', keys: './keys-cli.js', audit: './audit-cli.js' };
   const script = command === undefined ? undefined : delegated[command];
   if (script !== undefined) return delegate(script, args);
   try {

@@ -3,12 +3,12 @@
  * schema-validated request into canonical form, asks the pure core for the decision, and has the
  * decision written (with its audit row) through the group-commit writer before it answers.
  */
-import { checkAttenuation, type ChildSpec } from '../core/attenuate.js';
+import { checkAttenuation, extendsTrajectory, type ChildSpec } from '../core/attenuate.js';
 import { checkValidity, deny, evaluateApprove, remainingOf, type ApproveRequest } from '../core/approve.js';
 import { fromMicro, toMicro } from '../core/money.js';
 import { canonicalObject, canonicalTarget } from '../core/objects.js';
 import { canonicalPredicate } from '../core/predicate.js';
-import type { ApproveBody, AttenuateBody, MintBody, RevokeBody } from '../core/schemas.js';
+import { MAX_TOKEN_CHARS, type ApproveBody, type AttenuateBody, type MintBody, type RevokeBody } from '../core/schemas.js';
 import {
   RIGHTS,
   type CapabilityClaims,
@@ -31,9 +31,10 @@ import { verifyStoredAudit } from '../audit/verify.js';
 import { hashedFields } from '../store/audit.js';
 import { within, type Deadline } from '../store/deadline.js';
 import { StoreUnavailable, type AuditFilter, type AuditRecord, type Store } from '../store/store.js';
-import { FenceLost, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
+import { FenceLost, type CallerIds, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
 import { ApiError, invalidRequest, unavailableFrom, type FieldError } from './errors.js';
 import { TokenCache } from './token-cache.js';
+import { approveDetail, replayedApproval } from './approve-record.js';
 
 export interface AuthorityDeps {
   readonly store: Store;
@@ -45,6 +46,12 @@ export interface AuthorityDeps {
 export interface Reply {
   readonly status: number;
   readonly body: unknown;
+}
+
+/** Who asks (recorded in the audit row) and by when the answer is due (503 `unavailable` if it cannot commit by then). */
+export interface RequestContext {
+  readonly caller?: CallerIds;
+  readonly deadline?: Deadline;
 }
 
 const seconds = (d: Date): number => Math.floor(d.getTime() / 1000);
@@ -71,6 +78,23 @@ function canonicalPred(p: RawPredicate | undefined, errors: FieldError[]): Canon
   return {} as CanonicalPredicate;
 }
 
+/**
+ * Refuses (400) a capability whose token would be longer than approve accepts: issuing it would
+ * hand out a capability no call can use. Names the field that makes most of the size.
+ */
+function checkTokenLength(token: string, c: CapabilityClaims): void {
+  if (token.length <= MAX_TOKEN_CHARS) return;
+  const sizes: [string, number][] = [
+    ['objects', JSON.stringify(c.objects).length],
+    ['predicate', JSON.stringify(c.predicate).length],
+    ['trajectory_id', c.trajectory.length],
+  ];
+  const [path] = sizes.reduce((a, b) => (b[1] > a[1] ? b : a));
+  throw invalidRequest([
+    { path, message: `the capability's token would be ${token.length} characters, over the ${MAX_TOKEN_CHARS} that approve accepts: make ${path} smaller` },
+  ]);
+}
+
 /** The API form of a capability (API.md mint response, without the token). */
 function capabilityBody(c: CapabilityClaims): Record<string, unknown> {
   return {
@@ -94,8 +118,8 @@ export class Authority {
 
   // ---- mint -----------------------------------------------------------------------------------
 
-  /** `deadline`: answer by then (503 `unavailable` when the decision cannot commit by then); none: the writer's default. */
-  async mint(tenantId: string, body: MintBody, idempotencyKey: string | undefined, deadline?: Deadline): Promise<Reply> {
+  async mint(tenantId: string, body: MintBody, idempotencyKey: string | undefined, ctx: RequestContext = {}): Promise<Reply> {
+    const { caller, deadline } = ctx;
     const errors: FieldError[] = [];
     const objects = canonicalObjects(body.objects, errors);
     const predicate = canonicalPred(body.predicate, errors);
@@ -114,9 +138,11 @@ export class Authority {
       nbf: iat,
       exp: iat + body.ttl_s,
     };
+    const token = await signToken(this.deps.keys, claims);
+    checkTokenLength(token, claims);
     return this.issue(tenantId, 'mint', { key: idempotencyKey, deadline }, body, async (fence) => {
-      const token = await signToken(this.deps.keys, claims);
-      return this.deps.writer.submit(
+      return this.submitAs(
+        caller,
         {
           tenantId,
           fence,
@@ -133,8 +159,8 @@ export class Authority {
 
   // ---- attenuate ------------------------------------------------------------------------------
 
-  /** `deadline`: as for mint. */
-  async attenuate(tenantId: string, body: AttenuateBody, idempotencyKey: string | undefined, deadline?: Deadline): Promise<Reply> {
+  async attenuate(tenantId: string, body: AttenuateBody, idempotencyKey: string | undefined, ctx: RequestContext = {}): Promise<Reply> {
+    const { caller, deadline } = ctx;
     const errors: FieldError[] = [];
     const objects = canonicalObjects(body.objects, errors);
     const predicate = canonicalPred(body.predicate, errors);
@@ -143,7 +169,8 @@ export class Authority {
     return this.issue(tenantId, 'attenuate', { key: idempotencyKey, deadline }, body, async (fence) => {
       if (!verified.ok || verified.capability.tenant !== tenantId) {
         const detail = !verified.ok ? verified.message : 'the parent capability belongs to another tenant';
-        return this.deps.writer.submit(
+        return this.submitAs(
+          caller,
           this.refusal(tenantId, fence, null, body.trajectory_id ?? null, [{ component: 'parent', code: 'parent_invalid', detail }]),
           deadline,
         );
@@ -162,8 +189,16 @@ export class Authority {
         nbf: iat,
       };
       const violations = checkAttenuation(parent, child, iat * 1000);
+      if (!extendsTrajectory(parent.trajectory, claims.trajectory))
+        violations.push({
+          component: 'trajectory',
+          code: 'trajectory_unrelated',
+          detail: `trajectory_id must equal the parent's (${parent.trajectory}) or extend it (${parent.trajectory}.<suffix>)`,
+        });
       const token = violations.length === 0 ? await signToken(this.deps.keys, claims) : '';
-      return this.deps.writer.submit(
+      if (violations.length === 0) checkTokenLength(token, claims);
+      return this.submitAs(
+        caller,
         {
           tenantId,
           fence,
@@ -185,7 +220,9 @@ export class Authority {
                 all.unshift({ component: 'parent', code: 'parent_expired', detail: 'the parent capability has expired' });
               }
             }
-            if (all.length > 0) return this.refusal(tenantId, fence, parent.id, claims.trajectory, all).run(tx, now);
+            // Filed under the parent's trajectory when the child asked for an unrelated one: the tree's view shows the attempt.
+            const filedUnder = extendsTrajectory(parent.trajectory, claims.trajectory) ? claims.trajectory : parent.trajectory;
+            if (all.length > 0) return this.refusal(tenantId, fence, parent.id, filedUnder, all, body.trajectory_id).run(tx, now);
             await tx.insertCapability(
               this.newRow(
                 claims,
@@ -206,6 +243,7 @@ export class Authority {
     parentId: string | null,
     trajectoryId: string | null,
     violations: Violation[],
+    requestedTrajectory?: string,
   ): DecisionUnit<IssueResult> {
     const error = new ApiError(403, 'attenuation_refused', `the child would hold more than its parent: ${violations.map((v) => v.code).join(', ')}`, {
       violations,
@@ -229,7 +267,10 @@ export class Authority {
           target: null,
           cost: null,
           callId: null,
-          detail: { violations },
+          detail:
+            requestedTrajectory === undefined || requestedTrajectory === trajectoryId
+              ? { violations }
+              : { violations, requested_trajectory_id: requestedTrajectory },
         },
       }),
     };
@@ -304,8 +345,8 @@ export class Authority {
 
   // ---- approve --------------------------------------------------------------------------------
 
-  /** `deadline`: as for mint. */
-  async approve(tenantId: string, body: ApproveBody, deadline?: Deadline): Promise<Reply> {
+  async approve(tenantId: string, body: ApproveBody, ctx: RequestContext = {}): Promise<Reply> {
+    const { caller, deadline } = ctx;
     const errors: FieldError[] = [];
     const target = canonicalTarget(body.target);
     if (!target.ok)
@@ -313,35 +354,41 @@ export class Authority {
     const cost = toMicro(body.cost);
     if (!cost.ok) errors.push({ path: 'cost', message: cost.error });
     if (!target.ok || !cost.ok) throw invalidRequest(errors);
-    const req: ApproveRequest = { op: body.op, target: target.value, cost: cost.value, args: body.args ?? {} };
+    const req: ApproveRequest & { requested: ApproveBody['target'] } = {
+      op: body.op,
+      target: target.value,
+      cost: cost.value,
+      args: body.args ?? {},
+      requested: body.target,
+    };
     const callId = body.call_id ?? null;
 
     const verified = await this.tokens.verify(body.token);
     if (!verified.ok) {
       const d = deny(verified.code, verified.message);
-      return this.approveReply(await this.guard(() => this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, d), deadline)));
+      return this.approveReply(await this.guard(() => this.submitAs(caller, this.approveUnit(tenantId, null, null, req, callId, d), deadline)));
     }
     const cap = verified.capability;
     if (cap.tenant !== tenantId) {
       const d = deny('tenant_mismatch', 'the capability belongs to another tenant');
-      return this.approveReply(await this.guard(() => this.deps.writer.submit(this.approveUnit(tenantId, null, null, req, callId, d), deadline)));
+      return this.approveReply(await this.guard(() => this.submitAs(caller, this.approveUnit(tenantId, null, null, req, callId, d), deadline)));
     }
     // Hashed only when a call_id asks for idempotency: it is on every approval's path otherwise.
     const requestHash = callId === null ? undefined : hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args });
     const outcome = await this.idempotent(
       { tenantId, scope: 'approve', key: callId === null ? undefined : `${cap.id}:${callId}` },
       requestHash,
-      (fence) => this.deps.writer.submit(this.approveUnit(tenantId, fence, cap, req, callId, null), deadline),
+      (fence) => this.submitAs(caller, this.approveUnit(tenantId, fence, cap, req, callId, null), deadline),
       deadline,
     );
-    return 'replay' in outcome ? outcome.replay : this.approveReply(outcome.result);
+    return 'replay' in outcome ? replayedApproval(outcome.replay) : this.approveReply(outcome.result);
   }
 
   private approveUnit(
     tenantId: string,
     fence: Fence | null,
     cap: VerifiedCapability | null,
-    req: ApproveRequest,
+    req: ApproveRequest & { requested: ApproveBody['target'] },
     callId: string | null,
     preDenied: Deny | null,
   ): DecisionUnit<ApproveResult> {
@@ -374,7 +421,7 @@ export class Authority {
         return {
           result,
           // Stored on the idempotency record only; without a call_id nothing would read it.
-          ...(fence === null ? {} : { response: { status: 200, body: approveBody(result) } }),
+          ...(fence === null ? {} : { response: { status: 200, body: { ...approveBody(result), decided_at: now.toISOString() } } }),
           audit: {
             id: auditId,
             event: 'approve',
@@ -387,7 +434,7 @@ export class Authority {
             target: req.target,
             cost: req.cost,
             callId,
-            detail: decision.decision === 'deny' ? { message: decision.message } : null,
+            detail: approveDetail(req, decision.decision === 'deny' ? decision.message : null),
           },
         };
       },
@@ -400,14 +447,15 @@ export class Authority {
 
   // ---- revoke ---------------------------------------------------------------------------------
 
-  /** `deadline`: as for mint. */
-  async revoke(tenantId: string, body: RevokeBody, deadline?: Deadline): Promise<Reply> {
+  async revoke(tenantId: string, body: RevokeBody, ctx: RequestContext = {}): Promise<Reply> {
+    const { caller, deadline } = ctx;
     const reason = body.reason ?? null;
     // A capability's trajectory never changes: read it first, so the revoke row is found by trajectory.
     const target = await this.guard(() => this.deps.store.getCapability(tenantId, body.capability_id), deadline);
     if (target === null) throw new ApiError(404, 'not_found', 'no such capability');
     const revoked = await this.guard(() =>
-      this.deps.writer.submit<string[] | null>(
+      this.submitAs<string[] | null>(
+        caller,
         {
           tenantId,
           fence: null,
@@ -490,6 +538,11 @@ export class Authority {
     } catch {
       // The database is unreachable: the claim stays in flight and a repeat takes it over after the lease.
     }
+  }
+
+  /** Submits a decision, its audit row recording who asked (key id and request id). */
+  private submitAs<R>(caller: CallerIds | undefined, unit: DecisionUnit<R>, deadline?: Deadline): Promise<R> {
+    return this.deps.writer.submit(caller === undefined ? unit : { ...unit, caller }, deadline);
   }
 
   /**
@@ -643,6 +696,9 @@ export function auditEntry(r: AuditRecord): Record<string, unknown> {
     cost: r.cost === null ? null : fromMicro(BigInt(r.cost)),
     call_id: r.callId,
     detail: r.detail,
+    key_id: r.keyId,
+    request_id: r.requestId,
+    root_trajectory_id: r.rootTrajectoryId,
     hash: r.hash,
     prev_hash: r.prevHash,
   };

@@ -1,47 +1,58 @@
 /**
- * Tenants and their API keys. A key is `wk.<key id>.<secret>`: the key id finds the tenant, and the
- * SHA-256 of the whole key is compared in constant time with the stored hash (the key itself is
- * never stored).
+ * Tenants and authentication. A key is `wk.<key id>.<secret>`: the key id finds the key (and its
+ * tenant), and the SHA-256 of the whole key is compared in constant time with the stored hash (the
+ * key itself is never stored). Keys found are cached for `ttlMs` (30 s): a key revoked through this
+ * instance is dropped from its cache at once; other instances stop accepting it within the TTL.
  */
-import { constantTimeEqual, newId, randomToken, sha256Hex } from '../crypto/hash.js';
-import type { Store, TenantRecord } from '../store/store.js';
+import { constantTimeEqual, newId, sha256Hex } from '../crypto/hash.js';
+import type { ApiKeyRecord, Store, TenantRecord } from '../store/store.js';
+import { isUsable, KEY_FORMAT, newApiKey, ROLES, type Principal, type Role } from './keys.js';
 
 export interface CreatedTenant {
   readonly tenant: TenantRecord;
-  /** Shown once; only its hash is kept. */
+  /** The tenant's first key (role admin, named `initial`); shown once, only its hash is kept. */
   readonly apiKey: string;
+  readonly keyId: string;
 }
 
+/** Creates a tenant with one admin key. */
 export async function createTenant(store: Store, name: string, now: Date): Promise<CreatedTenant> {
-  const keyId = randomToken(9);
-  const apiKey = `wk.${keyId}.${randomToken(32)}`;
-  const tenant = { id: newId('ten'), name, keyId, keyHash: sha256Hex(apiKey) };
-  await store.createTenant({ ...tenant, createdAt: now });
-  return { tenant, apiKey };
+  const tenant = { id: newId('ten'), name };
+  const key = newApiKey(tenant.id, { name: 'initial', roles: ['admin'], expiresAt: null }, now);
+  await store.createTenant({ ...tenant, createdAt: now }, key.record);
+  return { tenant, apiKey: key.apiKey, keyId: key.record.id };
 }
 
-const KEY_FORMAT = /^wk\.([A-Za-z0-9_-]{12})\.[A-Za-z0-9_-]{43}$/;
+/** How long another instance may keep accepting a key revoked elsewhere. */
+export const KEY_CACHE_TTL_MS = 30_000;
 
-/** Resolves API keys to tenants; tenants found are cached briefly (tenants are never deleted). */
+/** Resolves API keys to principals; keys found are cached briefly (see the module comment). */
 export class Authenticator {
-  private readonly cache = new Map<string, { tenant: TenantRecord; until: number }>();
+  private readonly cache = new Map<string, { key: ApiKeyRecord; until: number }>();
 
   constructor(
     private readonly store: Store,
     private readonly nowMs: () => number,
-    private readonly ttlMs = 30_000,
+    private readonly ttlMs = KEY_CACHE_TTL_MS,
   ) {}
 
-  /** The tenant whose key this is, or null. Throws only when the store is unreachable. */
-  async authenticate(apiKey: string): Promise<TenantRecord | null> {
+  /** The principal of this key, or null (unknown, wrong secret, revoked or expired). Throws only when the store is unreachable. */
+  async authenticate(apiKey: string): Promise<Principal | null> {
     const m = KEY_FORMAT.exec(apiKey);
     if (m === null) return null;
     const keyId = m[1] as string;
+    const now = this.nowMs();
     const cached = this.cache.get(keyId);
-    const tenant = cached !== undefined && cached.until > this.nowMs() ? cached.tenant : await this.store.tenantByKeyId(keyId);
-    if (tenant === null) return null;
-    if (!constantTimeEqual(sha256Hex(apiKey), tenant.keyHash)) return null;
-    this.cache.set(keyId, { tenant, until: this.nowMs() + this.ttlMs });
-    return tenant;
+    const key = cached !== undefined && cached.until > now ? cached.key : ((await this.store.apiKeyById(keyId))?.key ?? null);
+    if (key === null) return null;
+    if (!constantTimeEqual(sha256Hex(apiKey), key.keyHash)) return null;
+    this.cache.set(keyId, { key, until: cached !== undefined && cached.until > now ? cached.until : now + this.ttlMs });
+    if (!isUsable(key, now)) return null;
+    return { tenantId: key.tenantId, keyId: key.id, roles: key.roles.filter((r): r is Role => (ROLES as readonly string[]).includes(r)) };
+  }
+
+  /** Drops a key from this instance's cache: its revocation holds here from the next request. */
+  forget(keyId: string): void {
+    this.cache.delete(keyId);
   }
 }

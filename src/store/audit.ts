@@ -7,8 +7,18 @@
 import { canonicalJson, sha256Hex } from '../crypto/hash.js';
 import type { AuditRecord } from './store.js';
 
-/** The fields a row's hash covers: all of them but the hash itself. */
-export function hashedFields(r: Omit<AuditRecord, 'hash' | 'pos'>): Record<string, unknown> {
+/** A row as hashed: key and request ids may be absent (rows written before they were recorded). */
+export type HashedRow = Omit<AuditRecord, 'hash' | 'pos' | 'keyId' | 'requestId' | 'rootTrajectoryId'> & {
+  readonly keyId?: string | null;
+  readonly requestId?: string | null;
+  readonly rootTrajectoryId?: string | null;
+};
+
+/**
+ * The fields a row's hash covers: all of them but the hash itself. `key_id`, `request_id` and
+ * `root_trajectory_id` only when set, so rows written before they existed keep their hashes.
+ */
+export function hashedFields(r: HashedRow): Record<string, unknown> {
   return {
     tenant_id: r.tenantId,
     // Rows of the tenant stream ('') written before trees had chains of their own hash without it.
@@ -27,6 +37,9 @@ export function hashedFields(r: Omit<AuditRecord, 'hash' | 'pos'>): Record<strin
     cost: r.cost,
     call_id: r.callId,
     detail: r.detail,
+    ...(r.keyId === null || r.keyId === undefined ? {} : { key_id: r.keyId }),
+    ...(r.requestId === null || r.requestId === undefined ? {} : { request_id: r.requestId }),
+    ...(r.rootTrajectoryId === null || r.rootTrajectoryId === undefined ? {} : { root_trajectory_id: r.rootTrajectoryId }),
     prev_hash: r.prevHash,
   };
 }
@@ -37,12 +50,12 @@ export function hashedFields(r: Omit<AuditRecord, 'hash' | 'pos'>): Record<strin
  * `,` + the fields' canonical text + `]`, so the fields are serialized once; the writer reuses the
  * text as the row it inserts.
  */
-export function sealRow(r: Omit<AuditRecord, 'hash' | 'pos'>): { readonly canonical: string; readonly hash: string } {
+export function sealRow(r: HashedRow): { readonly canonical: string; readonly hash: string } {
   const canonical = canonicalJson(hashedFields(r));
   return { canonical, hash: sha256Hex(`[${JSON.stringify(r.prevHash)},${canonical}]`) };
 }
 
-export function rowHash(r: Omit<AuditRecord, 'hash' | 'pos'>): string {
+export function rowHash(r: HashedRow): string {
   return sealRow(r).hash;
 }
 

@@ -13,11 +13,30 @@ const xid8 = customType<{ data: string }>({ dataType: () => 'xid8' });
 export const tenants = pgTable('tenants', {
   id: text('id').primaryKey(),
   name: text('name').notNull().unique(),
-  /** Public part of the API key, used to find the tenant; the secret is stored only as SHA-256. */
-  keyId: text('key_id').notNull().unique(),
-  keyHash: text('key_hash').notNull(),
   createdAt: at('created_at').notNull(),
 });
+
+/**
+ * A tenant's API keys (issue 14), each with roles: `runtime`, `spawner`, `driver`, `auditor`,
+ * `admin`. `id` is the public part of the key (`wk.<id>.<secret>`), used to find it; the whole key is
+ * stored only as SHA-256. A key stops working at `expires_at` or once `revoked_at` is set.
+ */
+export const apiKeys = pgTable(
+  'api_keys',
+  {
+    id: text('id').primaryKey(),
+    tenantId: text('tenant_id')
+      .notNull()
+      .references(() => tenants.id),
+    name: text('name').notNull(),
+    roles: text('roles').array().notNull(),
+    keyHash: text('key_hash').notNull(),
+    createdAt: at('created_at').notNull(),
+    expiresAt: at('expires_at'),
+    revokedAt: at('revoked_at'),
+  },
+  (t) => [index('api_keys_tenant_idx').on(t.tenantId)],
+);
 
 /**
  * Head of each audit hash chain: one per delegation tree (`tree_id` = its root capability's id), and
@@ -107,7 +126,7 @@ export const audit = pgTable(
     pos: bigint('pos', { mode: 'number' }).notNull().generatedByDefaultAsIdentity(),
     id: text('id').notNull().unique(),
     at: at('at').notNull(),
-    event: text('event', { enum: ['mint', 'attenuate', 'approve', 'revoke'] }).notNull(),
+    event: text('event', { enum: ['mint', 'attenuate', 'approve', 'revoke', 'access'] }).notNull(),
     decision: text('decision', { enum: ['grant', 'deny'] }).notNull(),
     reasonCode: text('reason_code'),
     capabilityId: text('capability_id'),
@@ -118,6 +137,12 @@ export const audit = pgTable(
     cost: micro('cost'),
     callId: text('call_id'),
     detail: jsonb('detail'),
+    /** The API key that made the call (its public id, never the secret); null on rows written before keys had ids here. */
+    keyId: text('key_id'),
+    /** The request's id (X-Request-Id), to find its log lines. */
+    requestId: text('request_id'),
+    /** The trajectory of the row's delegation tree's root: a trajectory's view includes its subagents' rows. */
+    rootTrajectoryId: text('root_trajectory_id'),
     prevHash: text('prev_hash').notNull(),
     hash: text('hash').notNull(),
   },
@@ -126,6 +151,7 @@ export const audit = pgTable(
     uniqueIndex('audit_pos_idx').on(t.tenantId, t.pos),
     index('audit_capability_idx').on(t.tenantId, t.capabilityId, t.pos),
     index('audit_trajectory_idx').on(t.tenantId, t.trajectoryId, t.pos),
+    index('audit_root_trajectory_idx').on(t.tenantId, t.rootTrajectoryId, t.pos),
   ],
 );
 

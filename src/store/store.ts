@@ -8,7 +8,7 @@ import type { PgDatabase, PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg
 import type { ChainLink } from '../core/approve.js';
 import type { ChainHead } from './audit.js';
 import type { BatchConn } from './batch.js';
-import { audit, auditHeads, capabilities, idempotency, tenants } from './schema.js';
+import { apiKeys, audit, auditHeads, capabilities, idempotency, tenants } from './schema.js';
 
 // Both drivers' databases and transactions share these shapes; their result kinds differ only for
 // raw `execute`, whose result this module never reads.
@@ -35,9 +35,10 @@ export const GENESIS_HASH = '0'.repeat(64);
 export interface TenantRecord {
   readonly id: string;
   readonly name: string;
-  readonly keyId: string;
-  readonly keyHash: string;
 }
+
+/** An API key as stored (never the key itself: its hash). */
+export type ApiKeyRecord = typeof apiKeys.$inferSelect;
 
 export interface NewCapability {
   readonly id: string;
@@ -69,9 +70,11 @@ export type AuditRecord = typeof audit.$inferSelect;
 
 export interface AuditFilter {
   readonly trajectoryId?: string;
+  /** Rows of the trees whose root has this trajectory: subagents' rows included. */
+  readonly rootTrajectoryId?: string;
   readonly capabilityId?: string;
   readonly decision?: 'grant' | 'deny';
-  readonly event?: 'mint' | 'attenuate' | 'approve' | 'revoke';
+  readonly event?: 'mint' | 'attenuate' | 'approve' | 'revoke' | 'access';
   /** Rows after this `pos` (the listing cursor). */
   readonly afterPos?: number;
   readonly limit: number;
@@ -91,6 +94,7 @@ export interface DecisionTx {
 /** A chain link as held during a batch: its stored state plus this batch's charges. */
 interface HeldLink {
   readonly tenantId: string;
+  readonly trajectoryId: string;
   readonly ancestors: readonly string[];
   readonly depth: number;
   revoked: boolean;
@@ -121,11 +125,13 @@ export interface BatchTx extends DecisionTx {
    * own chain) when it is unknown. The same rule as the writer's head lock.
    */
   treeOf(tenantId: string, capabilityId: string): string;
+  /** The trajectory of the root of a held capability's tree; null when it is not held (or another tenant's). */
+  rootTrajectoryOf(tenantId: string, capabilityId: string): string | null;
 }
 
 // The hot path's statements are plain SQL with the same text every batch (prepared once per
 // connection on postgres.js) and JSON parameters, which both drivers pass the same way.
-const LOCK_CHAINS = `SELECT id, tenant_id, to_json(ancestors) AS ancestors, depth, revoked_at IS NOT NULL AS revoked,
+const LOCK_CHAINS = `SELECT id, tenant_id, trajectory_id, to_json(ancestors) AS ancestors, depth, revoked_at IS NOT NULL AS revoked,
   budget::text AS budget, spent::text AS spent, max_calls::text AS max_calls, calls::text AS calls
 FROM capabilities
 WHERE id IN (SELECT unnest(c.ancestors || c.id) FROM capabilities c WHERE c.id IN (SELECT jsonb_array_elements_text($1::jsonb)))
@@ -141,6 +147,7 @@ FROM jsonb_to_recordset($1::jsonb) AS d(id text, spent numeric, calls bigint) WH
 interface LinkRow {
   readonly id: string;
   readonly tenant_id: string;
+  readonly trajectory_id: string;
   readonly ancestors: string[];
   readonly depth: number;
   readonly revoked: boolean;
@@ -165,6 +172,7 @@ export function decisionTx(c: BatchConn): BatchTx {
       if (held.has(r.id)) continue; // the held copy may carry this batch's charges
       held.set(r.id, {
         tenantId: r.tenant_id,
+        trajectoryId: r.trajectory_id,
         ancestors: r.ancestors,
         depth: r.depth,
         revoked: r.revoked,
@@ -200,6 +208,11 @@ export function decisionTx(c: BatchConn): BatchTx {
     holds(tenantId, capabilityId) {
       const chain = heldChain(tenantId, capabilityId);
       return chain !== null && chain.length > 0;
+    },
+    rootTrajectoryOf(tenantId, capabilityId) {
+      const l = held.get(capabilityId);
+      if (l === undefined || l.tenantId !== tenantId) return null;
+      return held.get(l.ancestors[0] ?? capabilityId)?.trajectoryId ?? null;
     },
     treeOf(tenantId, capabilityId) {
       const l = held.get(capabilityId);
@@ -279,10 +292,11 @@ export class Store {
     return row?.readOnly === false;
   }
 
-  /** Creates a tenant and the genesis of its audit chain. */
-  async createTenant(t: TenantRecord & { createdAt: Date }): Promise<void> {
+  /** Creates a tenant, its first API key and the genesis of its audit chain. */
+  async createTenant(t: TenantRecord & { createdAt: Date }, firstKey: ApiKeyRecord): Promise<void> {
     await this.db.transaction(async (tx) => {
       await tx.insert(tenants).values(t);
+      await tx.insert(apiKeys).values({ ...firstKey, roles: [...firstKey.roles] });
       await tx.insert(auditHeads).values({ tenantId: t.id, treeId: '', seq: 0, hash: GENESIS_HASH, lastId: null });
     });
   }
@@ -292,11 +306,40 @@ export class Store {
     return Number(row?.n ?? 0);
   }
 
-  async tenantByKeyId(keyId: string): Promise<TenantRecord | null> {
+  /** An API key by its public id, with its tenant; revoked and expired ones too (the caller decides). */
+  async apiKeyById(keyId: string): Promise<{ key: ApiKeyRecord; tenant: TenantRecord } | null> {
     const [row] = await this.db
-      .select({ id: tenants.id, name: tenants.name, keyId: tenants.keyId, keyHash: tenants.keyHash })
-      .from(tenants)
-      .where(eq(tenants.keyId, keyId));
+      .select({ key: apiKeys, tenant: { id: tenants.id, name: tenants.name } })
+      .from(apiKeys)
+      .innerJoin(tenants, eq(tenants.id, apiKeys.tenantId))
+      .where(eq(apiKeys.id, keyId));
+    return row ?? null;
+  }
+
+  async insertApiKey(k: ApiKeyRecord): Promise<void> {
+    await this.db.insert(apiKeys).values({ ...k, roles: [...k.roles] });
+  }
+
+  /** The tenant's keys, oldest first. */
+  async listApiKeys(tenantId: string): Promise<ApiKeyRecord[]> {
+    return this.db.select().from(apiKeys).where(eq(apiKeys.tenantId, tenantId)).orderBy(asc(apiKeys.createdAt), asc(apiKeys.id));
+  }
+
+  /** Revokes a key of the tenant (the first revocation time stays); null when the tenant has no such key. */
+  async revokeApiKey(tenantId: string, keyId: string, at: Date): Promise<ApiKeyRecord | null> {
+    await this.db
+      .update(apiKeys)
+      .set({ revokedAt: at })
+      .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId), isNull(apiKeys.revokedAt)));
+    const [row] = await this.db
+      .select()
+      .from(apiKeys)
+      .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId)));
+    return row ?? null;
+  }
+
+  async tenantByName(name: string): Promise<TenantRecord | null> {
+    const [row] = await this.db.select({ id: tenants.id, name: tenants.name }).from(tenants).where(eq(tenants.name, name));
     return row ?? null;
   }
 
@@ -326,6 +369,7 @@ export class Store {
   async listAudit(tenantId: string, f: AuditFilter): Promise<{ entries: AuditRecord[]; nextPos: number | null }> {
     const conds: SQL[] = [eq(audit.tenantId, tenantId)];
     if (f.trajectoryId !== undefined) conds.push(eq(audit.trajectoryId, f.trajectoryId));
+    if (f.rootTrajectoryId !== undefined) conds.push(eq(audit.rootTrajectoryId, f.rootTrajectoryId));
     if (f.capabilityId !== undefined) conds.push(eq(audit.capabilityId, f.capabilityId));
     if (f.decision !== undefined) conds.push(eq(audit.decision, f.decision));
     if (f.event !== undefined) conds.push(eq(audit.event, f.event));
@@ -378,8 +422,8 @@ export class Store {
   }
 
   async listTenants(): Promise<TenantRecord[]> {
-    return this.db.select({ id: tenants.id, name: tenants.name, keyId: tenants.keyId, keyHash: tenants.keyHash }).from(tenants);
+    return this.db.select({ id: tenants.id, name: tenants.name }).from(tenants);
   }
 }
 
-export { audit, auditHeads, capabilities, idempotency, tenants };
+export { apiKeys, audit, auditHeads, capabilities, idempotency, tenants };

@@ -15,7 +15,7 @@ import { decisionTx, GENESIS_HASH, StoreUnavailable, type Db, type DecisionTx } 
 /** The audit row of a decision, without its chain fields. */
 export interface AuditDraft {
   readonly id: string;
-  readonly event: 'mint' | 'attenuate' | 'approve' | 'revoke';
+  readonly event: 'mint' | 'attenuate' | 'approve' | 'revoke' | 'access';
   readonly decision: 'grant' | 'deny';
   readonly reasonCode: string | null;
   readonly capabilityId: string | null;
@@ -36,6 +36,12 @@ export interface Decided<R> {
   readonly response?: StoredResponse;
 }
 
+/** The API key (its public id, never the secret) and the request behind a decision. */
+export interface CallerIds {
+  readonly keyId: string | null;
+  readonly requestId: string | null;
+}
+
 export interface DecisionUnit<R> {
   readonly tenantId: string;
   readonly fence: Fence | null;
@@ -52,6 +58,8 @@ export interface DecisionUnit<R> {
    * must wait for: it runs in a waiting lane, never in the main lane, which must never wait for a lock.
    */
   readonly writesSubtree?: boolean;
+  /** Who asked: recorded on the unit's audit row (issue 14). */
+  readonly caller?: CallerIds;
   /** Runs under its tree's chain lock; `now` is the decision time, also the audit row's. */
   run(tx: DecisionTx, now: Date): Promise<Decided<R>>;
 }
@@ -540,6 +548,11 @@ export class DecisionWriter {
           seq: head.seq + 1,
           at: now,
           cost: cost === null ? null : cost.toString(),
+          keyId: unit.caller?.keyId ?? null,
+          requestId: unit.caller?.requestId ?? null,
+          // A mint starts its tree, so its own trajectory is the root's; otherwise the held chain's root.
+          rootTrajectoryId:
+            unit.newTree !== undefined ? draft.trajectoryId : unit.chainOf === undefined ? null : dtx.rootTrajectoryOf(unit.tenantId, unit.chainOf),
           prevHash: head.hash,
         };
         const { canonical, hash } = sealRow(row);
@@ -604,10 +617,13 @@ FROM jsonb_to_recordset($1::jsonb) AS u(tenant_id text, cap text) JOIN capabilit
  * docs, 7.8.4). `xid` records the transaction that moved a head, for the checkpointer.
  */
 const APPEND_AUDIT = `WITH appended AS (
-  INSERT INTO audit (tenant_id, tree_id, seq, id, at, event, decision, reason_code, capability_id, parent_id, trajectory_id, op, target, cost, call_id, detail, prev_hash, hash)
-  SELECT tenant_id, tree_id, seq, id, at, event, decision, reason_code, capability_id, parent_id, trajectory_id, op, target, cost, call_id, detail, prev_hash, hash
+  INSERT INTO audit (tenant_id, tree_id, seq, id, at, event, decision, reason_code, capability_id, parent_id, trajectory_id, op, target, cost, call_id, detail,
+    key_id, request_id, root_trajectory_id, prev_hash, hash)
+  SELECT tenant_id, tree_id, seq, id, at, event, decision, reason_code, capability_id, parent_id, trajectory_id, op, target, cost, call_id, detail,
+    key_id, request_id, root_trajectory_id, prev_hash, hash
   FROM jsonb_to_recordset($1::jsonb) AS x(tenant_id text, tree_id text, seq bigint, id text, at timestamptz, event text, decision text,
-    reason_code text, capability_id text, parent_id text, trajectory_id text, op text, target jsonb, cost numeric, call_id text, detail jsonb, prev_hash text, hash text)
+    reason_code text, capability_id text, parent_id text, trajectory_id text, op text, target jsonb, cost numeric, call_id text, detail jsonb,
+    key_id text, request_id text, root_trajectory_id text, prev_hash text, hash text)
 )
 INSERT INTO audit_heads AS h (tenant_id, tree_id, seq, hash, last_id)
 SELECT tenant_id, tree_id, seq, hash, "lastId" FROM jsonb_to_recordset($2::jsonb) AS x(tenant_id text, tree_id text, seq bigint, hash text, "lastId" text)

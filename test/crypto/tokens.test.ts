@@ -77,3 +77,45 @@ describe('token vectors', () => {
     expect(header).toEqual({ alg: 'EdDSA', kid: rings.ring.activeKid });
   });
 });
+
+describe('only the canonical compact form verifies (issue 14)', () => {
+  let ring: KeyRing;
+  let token: string;
+  beforeAll(async () => {
+    ring = rings.ring;
+    const valid = VECTORS.find((v) => v.expected === 'ok' && v.ring === 'ring');
+    if (valid === undefined) throw new Error('no valid vector');
+    token = valid.token;
+    expect((await verifyToken(ring, token)).ok).toBe(true);
+  });
+
+  /** The same signature bytes, with the unused low bits of its last character set differently. */
+  const otherUnusedBits = (t: string): string[] => {
+    const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+    const last = alphabet.indexOf(t.at(-1) as string);
+    // A 64-byte signature is 86 characters: the last carries 2 bits, its low 4 are unused.
+    return Array.from({ length: 15 }, (_, i) => t.slice(0, -1) + alphabet[(last & ~0xf) | ((last + i + 1) & 0xf)]);
+  };
+
+  test.each([
+    ['padding on the signature', (t: string) => `${t}==`],
+    ['padding on the payload', (t: string) => t.replace(/\.([^.]+)\./, (_m, p: string) => `.${p}=.`)],
+    ['a trailing newline', (t: string) => `${t}\n`],
+    ['a leading space', (t: string) => ` ${t}`],
+    ['whitespace inside the signature', (t: string) => t.replace(/(\.[^.]{10})/g, '$1 ').replace(/ (?=[^.]*\.[^.]*$)/, '')],
+    ['standard base64 characters', (t: string) => t.replace(/-/g, '+').replace(/_/g, '/')],
+  ])('%s is bad_token', async (_name, mutate) => {
+    const variant = mutate(token);
+    if (variant === token) return;
+    const r = await verifyToken(ring, variant);
+    expect(r.ok ? 'ok' : r.code).toBe('bad_token');
+  });
+
+  test('every other setting of the unused bits in the signature is bad_token', async () => {
+    for (const variant of otherUnusedBits(token)) {
+      expect(variant).not.toBe(token);
+      const r = await verifyToken(ring, variant);
+      expect(r.ok ? 'ok' : r.code).toBe('bad_token');
+    }
+  });
+});

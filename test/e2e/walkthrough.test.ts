@@ -130,7 +130,7 @@ describe.each(BACKENDS)('README walk-through on a listening server (%s)', (backe
     const body = { token: cap.child.token, op: 'read', target: { kind: 'path', path: '/workspace/t-1/src/main.py' }, cost: 0.1, call_id: 'call-2' };
     const first = await decide('/v1/approve', body);
     const again = await server.call('POST', '/v1/approve', body); // a replay writes no audit row
-    expect(again.body).toEqual(first.body);
+    expect(again.body).toEqual({ ...first.body, replayed: true, decided_at: expect.any(String) });
     expect(first.body.decision).toBe('grant');
     const changed = await server.call('POST', '/v1/approve', { ...body, cost: 0.2 });
     expect([changed.status, changed.body.error.code]).toEqual([409, 'idempotency_conflict']);

@@ -21,6 +21,12 @@ interface Issued {
 
 type Body = Record<string, unknown>;
 
+/** A first approve answer as a repeat of its call_id gets it (issue 14): marked replayed, with when it was decided. */
+const replayOf = (first: Record<string, unknown>): Record<string, unknown> => ({ ...first, replayed: true, decided_at: expect.any(String) });
+/** An approve answer without the replay marker, to compare the decision itself. */
+// eslint-disable-next-line @typescript-eslint/no-unused-vars
+const firstOf = ({ replayed, decided_at, ...decision }: Record<string, unknown>): Record<string, unknown> => decision;
+
 describe.each(BACKENDS)('idempotency on %s', (backend) => {
   let h: Harness;
   beforeAll(async () => {
@@ -216,7 +222,7 @@ describe.each(BACKENDS)('idempotency on %s', (backend) => {
       expect(first.body.decision).toBe('grant');
       const second = await approve(cap, { call_id: 'c-1' });
       expect(second.status).toBe(200);
-      expect(second.body).toEqual(first.body);
+      expect(second.body).toEqual(replayOf(first.body));
       expect(await stored(cap.capability_id)).toMatchObject({ spent: 0.1, calls: 1 });
       expect(await auditRowsOfCall('c-1')).toEqual([first.body.audit_id]);
     });
@@ -226,7 +232,7 @@ describe.each(BACKENDS)('idempotency on %s', (backend) => {
       const first = await approve(cap, { call_id: 'c-late' });
       expect((await approve(cap, { cost: 0.1 })).body.budget_remaining).toBe(0);
       const repeat = await approve(cap, { call_id: 'c-late' });
-      expect(repeat.body).toEqual(first.body);
+      expect(repeat.body).toEqual(replayOf(first.body));
       expect(repeat.body.decision).toBe('grant');
       expect((await stored(cap.capability_id)).spent).toBe(0.2);
     });
@@ -236,7 +242,7 @@ describe.each(BACKENDS)('idempotency on %s', (backend) => {
       const first = await approve(cap, { call_id: 'c-deny' });
       expect(first.body.reason.code).toBe('budget_exhausted');
       const repeat = await approve(cap, { call_id: 'c-deny' });
-      expect(repeat.body).toEqual(first.body);
+      expect(repeat.body).toEqual(replayOf(first.body));
     });
 
     test.each([
@@ -259,7 +265,7 @@ describe.each(BACKENDS)('idempotency on %s', (backend) => {
       const prefix = cap.objects[0]?.prefix as string;
       const first = await approve(cap, { call_id: 'c-canon', target: { kind: 'path', path: `${prefix}/f` } });
       const second = await approve(cap, { call_id: 'c-canon', target: { kind: 'path', path: `${prefix}/./x/../f` } });
-      expect(second.body).toEqual(first.body);
+      expect(second.body).toEqual(replayOf(first.body));
       expect((await stored(cap.capability_id)).calls).toBe(1);
     });
 
@@ -268,7 +274,7 @@ describe.each(BACKENDS)('idempotency on %s', (backend) => {
       const answers = await Promise.all(Array.from({ length: 10 }, () => approve(cap, { call_id: 'c-race' })));
       const decided = answers.filter((r) => r.status === 200);
       expect(decided.length).toBeGreaterThanOrEqual(1);
-      for (const r of decided) expect(r.body).toEqual(decided[0]?.body);
+      for (const r of decided) expect(firstOf(r.body)).toEqual(firstOf(decided[0]?.body));
       for (const r of answers.filter((x) => x.status !== 200)) {
         expect(r.status).toBe(409);
         expect(r.body.error.code).toBe('in_flight');
@@ -277,7 +283,7 @@ describe.each(BACKENDS)('idempotency on %s', (backend) => {
       expect(await stored(cap.capability_id)).toMatchObject({ spent: 0.1, calls: 1 });
       expect(await auditRowsOfCall('c-race')).toEqual([decided[0]?.body.audit_id]);
       // Once settled, a repeat is the same decision.
-      expect((await approve(cap, { call_id: 'c-race' })).body).toEqual(decided[0]?.body);
+      expect((await approve(cap, { call_id: 'c-race' })).body).toEqual(replayOf(firstOf(decided[0]?.body)));
     });
 
     test('the same call_id under different tokens is two calls', async () => {

@@ -46,6 +46,10 @@ function chainOf(n: number, treeId: string, o: { tenantId?: string; prev?: strin
       cost: '1000000',
       callId: null,
       detail: null,
+      // Set, so that the hash covers them (issue 14: they are hashed only when set).
+      keyId: 'key_test',
+      requestId: `req_${seq}`,
+      rootTrajectoryId: 't-1',
       prevHash: prev,
     };
     // pos only orders the listing: any value will do, the hash does not cover it.
@@ -114,6 +118,9 @@ describe('rowHash and verifyChains', () => {
     ['cost', { cost: '1000001' }],
     ['callId', { callId: 'c-1' }],
     ['detail', { detail: { message: 'x' } }],
+    ['keyId', { keyId: 'key_other' }],
+    ['requestId', { requestId: 'req_other' }],
+    ['rootTrajectoryId', { rootTrajectoryId: 't-other' }],
     ['prevHash', { prevHash: 'f'.repeat(64) }],
   ];
   test('every hashed field has an edit case', () => {
@@ -415,6 +422,9 @@ describe.each(BACKENDS)('the written chains on %s', (backend) => {
     ['cost', sql`cost = cost - 1`, (id) => id],
     ['call_id', sql`call_id = 'c-forged'`, (id) => id],
     ['detail', sql`detail = '{"message":"forged"}'::jsonb`, (id) => id],
+    ['key_id', sql`key_id = 'key_forged'`, (id) => id],
+    ['request_id', sql`request_id = 'req_forged'`, (id) => id],
+    ['root_trajectory_id', sql`root_trajectory_id = 'forged'`, (id) => id],
     ['prev_hash', sql`prev_hash = ${GENESIS_HASH}`, (id) => id],
     ['hash', sql`hash = ${'f'.repeat(64)}`, (id) => id],
     ['id', sql`id = id || 'x'`, (id) => `${id}x`],

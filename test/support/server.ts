@@ -5,7 +5,7 @@
  * whatever is still running and removes the directories made here.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
@@ -94,9 +94,18 @@ export async function createTenantWithCli(name: string, env: Record<string, stri
  */
 export async function seedDataDir(dataDir: string): Promise<void> {
   const dump = readFileSync(inject('pgliteDump'));
-  mkdirSync(dataDir, { recursive: true });
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const db = await PGlite.create(dataDir, { loadDataDir: new Blob([dump]) });
   await db.close();
+  // PGlite wrote with this process's umask; the server refuses a directory others can reach.
+  makePrivate(dataDir);
+}
+
+/** chmod go-rwx on `dir` and everything in it. */
+export function makePrivate(dir: string): void {
+  const st = statSync(dir);
+  chmodSync(dir, st.mode & 0o7700);
+  if (st.isDirectory()) for (const name of readdirSync(dir)) makePrivate(join(dir, name));
 }
 
 export interface ServerOptions {

@@ -1,0 +1,167 @@
+/**
+ * The embedded store's data directory: private to its owner (0700, nothing in it reachable by group
+ * or others) and held by one process at a time (a lock file naming the holder's pid). PGlite keeps
+ * the WAL and the commit log there; anyone who can write them can undo a committed revocation, and
+ * two processes on one directory fork the audit chain.
+ */
+import { closeSync, constants, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+
+/** A refusal to start, with what to do about it; the entries print the message and exit with `exitCode`. */
+export class StartupRefused extends Error {
+  constructor(
+    message: string,
+    readonly exitCode = 2,
+  ) {
+    super(message);
+  }
+}
+
+const LOCK_FILE = 'warrant.lock';
+/** Locks this process holds, by lock file path: the server takes its lock before opening, and opening asks again. */
+const held = new Map<string, () => void>();
+
+/**
+ * Creates `dir` 0700 when absent; otherwise checks that it and everything in it is closed to group
+ * and others and owned by this user. Throws `StartupRefused` (saying how to fix it) when not.
+ */
+export function ensurePrivateDir(dir: string): void {
+  let created = false;
+  try {
+    mkdirSync(dir, { mode: 0o700 });
+    created = true;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+  }
+  if (created) return;
+  const top = lstatSync(dir);
+  if (!top.isDirectory()) throw new StartupRefused(`the data directory ${dir} is not a directory`);
+  const uid = process.getuid?.();
+  if (uid !== undefined && top.uid !== uid)
+    throw new StartupRefused(`the data directory ${dir} belongs to uid ${top.uid}, not to this user (uid ${uid}); run as its owner`);
+  const open = reachableByOthers(dir);
+  if (open.length > 0) {
+    throw new StartupRefused(
+      `the data directory ${dir} is reachable by other users (${open.length} entr${open.length === 1 ? 'y' : 'ies'} with group or other ` +
+        `permissions, e.g. ${open[0]}): anyone who can write its WAL or commit log can undo committed decisions. ` +
+        `Fix: chmod -R go-rwx '${dir}'`,
+    );
+  }
+}
+
+/** Paths under `dir` (itself included) with any group/other permission bit, depth first, without following links. */
+export function reachableByOthers(dir: string): string[] {
+  const out: string[] = [];
+  const stack = [dir];
+  for (let path = stack.pop(); path !== undefined; path = stack.pop()) {
+    const st = lstatSync(path);
+    if (st.isSymbolicLink()) continue; // a link's own mode means nothing; its target is checked where it lives
+    if ((st.mode & 0o077) !== 0) out.push(path);
+    if (st.isDirectory()) for (const name of readdirSync(path)) stack.push(join(path, name));
+  }
+  return out;
+}
+
+/** The process holding a data directory, as its lock file says. */
+export interface LockHolder {
+  readonly pid: number;
+  readonly command: string;
+}
+
+function readHolder(path: string): LockHolder | null {
+  try {
+    const v = JSON.parse(readFileSync(path, 'utf8')) as Partial<LockHolder>;
+    return typeof v.pid === 'number' && Number.isInteger(v.pid) && v.pid > 0 ? { pid: v.pid, command: String(v.command ?? '?') } : null;
+  } catch {
+    return null;
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    // EPERM: it exists but belongs to someone else, so it is alive.
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Creates the lock file only if absent (O_EXCL), holding our pid; false when it exists. */
+function tryCreate(path: string, command: string): boolean {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o600);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw e;
+  }
+  try {
+    writeSync(fd, `${JSON.stringify({ pid: process.pid, command })}\n`);
+  } finally {
+    closeSync(fd);
+  }
+  return true;
+}
+
+/**
+ * Takes the exclusive lock of a data directory for this process, before anything opens it. A lock
+ * left by a process that no longer exists is taken over. Returns the release function (also run at
+ * exit). Throws `StartupRefused` (exit 2) naming the holder when another live process has it.
+ *
+ * Node has no flock(2) without a native addon, hence a pid file. What it cannot rule out: two
+ * processes taking over the same stale lock in the same instant, and a stale lock whose pid was
+ * reused by an unrelated process (then the message says to remove the file).
+ */
+export function lockDataDir(dir: string, command: string): () => void {
+  const path = join(dir, LOCK_FILE);
+  const own = held.get(path);
+  if (own !== undefined) return own;
+  for (let attempt = 0; attempt < 3; attempt += 1) {
+    if (tryCreate(path, command)) {
+      const release = releaser(path);
+      held.set(path, release);
+      return release;
+    }
+    const holder = readHolder(path);
+    if (holder !== null && holder.pid !== process.pid && isAlive(holder.pid)) {
+      throw new StartupRefused(
+        `the data directory ${dir} is in use by process ${holder.pid} (${holder.command}); one process at a time may open an embedded ` +
+          `database. Stop it first, or manage tenants and keys through its admin API. If process ${holder.pid} is not Warrant, remove ${path}`,
+      );
+    }
+    // A file without a pid is being written right now, unless it is old (a crash between create and write).
+    if (holder === null && Date.now() - mtimeMs(path) < 10_000) throw new StartupRefused(`the data directory ${dir} is being opened by another process`);
+    // Stale: its process is gone. Take it over (only if it is still the same stale file).
+    if (holder === null || readHolder(path)?.pid === holder.pid) unlinkQuietly(path);
+  }
+  throw new StartupRefused(`could not take the lock ${path}; another process keeps taking it`);
+}
+
+function mtimeMs(path: string): number {
+  try {
+    return statSync(path).mtimeMs;
+  } catch {
+    return 0;
+  }
+}
+
+function releaser(path: string): () => void {
+  let holding = true;
+  const release = (): void => {
+    if (!holding) return;
+    holding = false;
+    held.delete(path);
+    if (readHolder(path)?.pid === process.pid) unlinkQuietly(path);
+  };
+  process.once('exit', release);
+  return release;
+}
+
+function unlinkQuietly(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // already gone
+  }
+}

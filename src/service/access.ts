@@ -1,0 +1,48 @@
+/**
+ * Refusals of a call outside the caller's roles (issue 14): 403 `forbidden` naming the roles it
+ * needs, nothing granted, and an audit row like any other refusal (on the tenant's own chain, with
+ * the key id and request id), written before the answer.
+ */
+import { newId } from '../crypto/hash.js';
+import type { Deadline } from '../store/deadline.js';
+import type { AuditDraft, CallerIds, DecisionWriter } from '../store/writer.js';
+import { ApiError } from './errors.js';
+import type { Role } from './keys.js';
+
+/** The audit event of a refused route: the decision it asked for, else `access` (reads, key management). */
+function eventOf(route: string): AuditDraft['event'] {
+  const events: Record<string, AuditDraft['event']> = {
+    'POST /v1/capabilities': 'mint',
+    'POST /v1/attenuate': 'attenuate',
+    'POST /v1/approve': 'approve',
+    'POST /v1/revoke': 'revoke',
+  };
+  return events[route] ?? 'access';
+}
+
+/** Audits the refusal, then returns the 403 to throw. */
+export async function forbidden(
+  writer: DecisionWriter,
+  tenantId: string,
+  caller: CallerIds,
+  route: string,
+  needed: readonly Role[],
+  deadline?: Deadline,
+): Promise<ApiError> {
+  const audit: AuditDraft = {
+    id: newId('aud'),
+    event: eventOf(route),
+    decision: 'deny',
+    reasonCode: 'forbidden',
+    capabilityId: null,
+    parentId: null,
+    trajectoryId: null,
+    op: null,
+    target: null,
+    cost: null,
+    callId: null,
+    detail: { route, required_roles: needed },
+  };
+  await writer.submit({ tenantId, fence: null, caller, run: async () => ({ result: null, audit }) }, deadline);
+  return new ApiError(403, 'forbidden', `this API key lacks the role this call needs: one of ${needed.join(', ')}`, { required_roles: needed });
+}

@@ -1,0 +1,48 @@
+/**
+ * What an approval leaves behind beyond its decision (issue 14): the audit row's detail keeps the
+ * target as the caller sent it and the args, bounded; a replayed `call_id` answer says it is one.
+ */
+import type { ApproveBody } from '../core/schemas.js';
+import type { StoredResponse } from '../store/idempotency.js';
+import type { Reply } from './authority.js';
+
+/** Longest string an approve audit row keeps of the requested target and of each argument. */
+export const AUDIT_STRING_CHARS = 1024;
+
+/** `s` cut to AUDIT_STRING_CHARS; the row says when it was cut, so nobody mistakes it for the whole. */
+function bounded(s: string): { value: string; truncated: boolean } {
+  return s.length <= AUDIT_STRING_CHARS ? { value: s, truncated: false } : { value: s.slice(0, AUDIT_STRING_CHARS), truncated: true };
+}
+
+/**
+ * An approve row's detail: the target as the caller sent it (before resolution, so `../../etc/passwd`
+ * shows as sent; the resolved one is the row's `target`) and the args, strings bounded; the deny
+ * message when denied.
+ */
+export function approveDetail(req: { requested: ApproveBody['target']; args: Record<string, unknown> }, message: string | null): Record<string, unknown> {
+  let truncated = false;
+  const cut = (v: unknown): unknown => {
+    if (typeof v !== 'string') return v;
+    const b = bounded(v);
+    truncated ||= b.truncated;
+    return b.value;
+  };
+  const requested = Object.fromEntries(Object.entries(req.requested).map(([k, v]) => [k, cut(v)]));
+  const args = Object.fromEntries(Object.entries(req.args).map(([k, v]) => [k, cut(v)]));
+  return {
+    ...(message === null ? {} : { message }),
+    requested_target: requested,
+    ...(Object.keys(args).length === 0 ? {} : { args }),
+    ...(truncated ? { truncated: true } : {}),
+  };
+}
+
+/**
+ * A repeated `call_id` gets the first decision as it was made then, even if the capability was
+ * revoked since: marked `replayed`, with the time it was decided (null for decisions stored before
+ * that time was kept).
+ */
+export function replayedApproval(stored: StoredResponse): Reply {
+  const body = stored.body as Record<string, unknown>;
+  return { status: stored.status, body: { ...body, replayed: true, decided_at: body.decided_at ?? null } };
+}

@@ -1,0 +1,172 @@
+/**
+ * Scoped API keys over HTTP (issue 14): roles per route, 403 `forbidden` naming the roles needed
+ * (nothing granted, audited with the key id and request id), key management for admins only,
+ * revocation at once on the instance that revoked and within the cache TTL elsewhere, expiry, and
+ * the key id and request id on every audit row.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { createApp } from '../../src/http/app.js';
+import { KEY_CACHE_TTL_MS } from '../../src/service/tenants.js';
+import { BACKENDS } from '../support/db.js';
+import { mintBody, startHarness, type Called, type Harness } from '../support/app.js';
+
+type Role = 'runtime' | 'spawner' | 'driver' | 'auditor' | 'admin';
+
+describe.each(BACKENDS)('API keys on %s', (backend) => {
+  let h: Harness;
+  const keys = {} as Record<Role, { id: string; key: string }>;
+  let seq = 0;
+
+  beforeAll(async () => {
+    h = await startHarness(backend);
+    for (const role of ['runtime', 'spawner', 'driver', 'auditor', 'admin'] as Role[]) {
+      const r = await h.call('POST', '/v1/api-keys', { name: `k-${role}`, roles: [role] });
+      expect(r.status).toBe(201);
+      keys[role] = { id: r.body.key_id, key: r.body.api_key };
+    }
+  });
+  afterAll(async () => h.close());
+
+  const as = (role: Role, method: string, path: string, body?: unknown, requestId?: string): Promise<Called> =>
+    h.call(method, path, body, { headers: { authorization: `Bearer ${keys[role].key}`, ...(requestId === undefined ? {} : { 'x-request-id': requestId }) } });
+
+  const mintAs = (role: Role, requestId?: string): Promise<Called> =>
+    as(role, 'POST', '/v1/capabilities', mintBody({ trajectory_id: `k-${++seq}` }), requestId);
+
+  test('a created key is shown once, with roles; the list never shows a secret or hash', async () => {
+    const list = await h.call('GET', '/v1/api-keys');
+    expect(list.status).toBe(200);
+    const text = JSON.stringify(list.body);
+    for (const role of Object.keys(keys) as Role[]) expect(text).not.toContain(keys[role].key.split('.')[2]);
+    expect(text).not.toMatch(/hash/);
+    expect(list.body.keys.find((k: { key_id: string }) => k.key_id === keys.driver.id)).toMatchObject({ name: 'k-driver', roles: ['driver'], state: 'active' });
+  });
+
+  test.each([
+    ['runtime', 'POST /v1/capabilities', true],
+    ['runtime', 'POST /v1/approve', false],
+    ['runtime', 'POST /v1/attenuate', false],
+    ['runtime', 'GET /v1/audit', false],
+    ['spawner', 'POST /v1/attenuate', true],
+    ['spawner', 'POST /v1/capabilities', false],
+    ['driver', 'POST /v1/approve', true],
+    ['driver', 'POST /v1/capabilities', false],
+    ['driver', 'POST /v1/revoke', false],
+    ['auditor', 'GET /v1/audit', true],
+    ['auditor', 'GET /v1/audit/verify', true],
+    ['auditor', 'POST /v1/capabilities', false],
+    ['admin', 'POST /v1/capabilities', true],
+    ['admin', 'POST /v1/approve', true],
+  ] as [Role, string, boolean][])('%s on %s: allowed %s', async (role, route, allowed) => {
+    const root = (await mintAs('admin')).body;
+    const bodies: Record<string, unknown> = {
+      'POST /v1/capabilities': mintBody({ trajectory_id: `k-${++seq}` }),
+      'POST /v1/approve': { token: root.token, op: 'read', target: { kind: 'path', path: '/workspace/t-1/a' }, cost: 0 },
+      'POST /v1/attenuate': { parent_token: root.token, rights: ['read'], objects: root.objects, predicate: { budget: 1, max_calls: 1, max_depth: 0 } },
+      'POST /v1/revoke': { capability_id: root.capability_id },
+    };
+    const [method, path] = route.split(' ') as [string, string];
+    const r = await as(role, method, path, bodies[route]);
+    if (allowed) expect(r.status).toBeLessThan(300);
+    else {
+      expect(r.status).toBe(403);
+      expect(r.body.error.code).toBe('forbidden');
+      expect(r.body.error.required_roles).toContain('admin');
+      expect(r.body.error.required_roles.length).toBeGreaterThan(1);
+    }
+  });
+
+  test('reading a capability: runtime and auditor yes, driver no', async () => {
+    const cap = (await mintAs('admin')).body;
+    expect((await as('runtime', 'GET', `/v1/capabilities/${cap.capability_id}`)).status).toBe(200);
+    expect((await as('auditor', 'GET', `/v1/capabilities/${cap.capability_id}`)).status).toBe(200);
+    expect((await as('driver', 'GET', `/v1/capabilities/${cap.capability_id}`)).body.error.code).toBe('forbidden');
+  });
+
+  test('a forbidden mint grants nothing and is audited with the key id and request id', async () => {
+    const before = (await h.call('GET', '/v1/audit?limit=1000')).body.entries.length;
+    const r = await mintAs('driver', 'req-forbidden-1');
+    expect(r.status).toBe(403);
+    expect(r.body.error.required_roles).toEqual(['runtime', 'admin']);
+    const entries = (await h.call('GET', '/v1/audit?limit=1000')).body.entries;
+    expect(entries.length).toBe(before + 1);
+    expect(entries.at(-1)).toMatchObject({
+      event: 'mint',
+      decision: 'deny',
+      reason_code: 'forbidden',
+      capability_id: null,
+      key_id: keys.driver.id,
+      request_id: 'req-forbidden-1',
+    });
+    expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+  });
+
+  test('every decision row records the key id and request id, never the secret', async () => {
+    const m = await mintAs('runtime', 'req-mint-1');
+    expect(m.status).toBe(201);
+    await as(
+      'driver',
+      'POST',
+      '/v1/approve',
+      { token: m.body.token, op: 'read', target: { kind: 'path', path: '/workspace/t-1/a' }, cost: 0 },
+      'req-approve-1',
+    );
+    const rows = (await h.call('GET', `/v1/audit?capability_id=${m.body.capability_id}`)).body.entries;
+    expect(rows.map((r: { key_id: string; request_id: string }) => [r.key_id, r.request_id])).toEqual([
+      [keys.runtime.id, 'req-mint-1'],
+      [keys.driver.id, 'req-approve-1'],
+    ]);
+    expect(JSON.stringify(rows)).not.toContain(keys.driver.key.split('.')[2]);
+    expect((await as('auditor', 'GET', '/v1/audit/verify')).body.ok).toBe(true);
+  });
+
+  test('key management is admin only (and a refusal is audited as access)', async () => {
+    const r = await as('runtime', 'POST', '/v1/api-keys', { name: 'sneaky', roles: ['admin'] });
+    expect(r.status).toBe(403);
+    expect(r.body.error.required_roles).toEqual(['admin']);
+    expect((await as('auditor', 'GET', '/v1/api-keys')).status).toBe(403);
+    const rows = (await h.call('GET', '/v1/audit?event=access&decision=deny')).body.entries;
+    expect(rows.some((x: { key_id: string }) => x.key_id === keys.runtime.id)).toBe(true);
+  });
+
+  test('bad key requests name the field', async () => {
+    const r = await h.call('POST', '/v1/api-keys', { name: 'x', roles: ['root'] });
+    expect(r.status).toBe(400);
+    expect(r.body.error.fields[0].path).toMatch(/^roles/);
+    expect((await h.call('POST', '/v1/api-keys', { name: 'x', roles: [] })).status).toBe(400);
+    expect((await h.call('POST', '/v1/api-keys', { name: 'x', roles: ['driver'], ttl_s: 0 })).body.error.fields[0].path).toBe('ttl_s');
+    expect((await h.call('DELETE', '/v1/api-keys/nosuchkey123')).status).toBe(404);
+  });
+
+  test('a revoked key stops at once here, and within the cache TTL on another instance', async () => {
+    const created = await h.call('POST', '/v1/api-keys', { name: 'to-revoke', roles: ['runtime'] });
+    const key = created.body.api_key as string;
+    const other = createApp({ store: h.store, writer: h.writer, keys: h.keys, now: h.clock.now });
+    const onOther = async (): Promise<number> =>
+      (
+        await other.request('/v1/capabilities', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body: JSON.stringify(mintBody({ trajectory_id: `k-${++seq}` })),
+        })
+      ).status;
+    const here = (): Promise<Called> =>
+      h.call('POST', '/v1/capabilities', mintBody({ trajectory_id: `k-${++seq}` }), { headers: { authorization: `Bearer ${key}` } });
+    expect((await here()).status).toBe(201);
+    expect(await onOther()).toBe(201); // now cached there
+    const revoked = await h.call('DELETE', `/v1/api-keys/${created.body.key_id}`);
+    expect(revoked.status).toBe(200);
+    expect(revoked.body.state).toBe('revoked');
+    expect((await here()).status).toBe(401);
+    h.clock.advance(KEY_CACHE_TTL_MS / 1000 + 1);
+    expect(await onOther()).toBe(401);
+  });
+
+  test('an expired key is refused', async () => {
+    const created = await h.call('POST', '/v1/api-keys', { name: 'short', roles: ['auditor'], ttl_s: 60 });
+    const auth = { headers: { authorization: `Bearer ${created.body.api_key}` } };
+    expect((await h.call('GET', '/v1/audit/verify', undefined, auth)).status).toBe(200);
+    h.clock.advance(61);
+    expect((await h.call('GET', '/v1/audit/verify', undefined, auth)).status).toBe(401);
+  });
+});
