@@ -160,7 +160,10 @@ async function serverFigures(url: string): Promise<{ cpu: number; batches: numbe
  * Samples, every 50 ms while `during` runs, how many of Warrant's connections (application_name
  * warrant-*) wait on a lock in PostgreSQL: how much its decisions queue on each other's locks.
  */
-async function lockWaits<T>(url: string | undefined, during: Promise<T>): Promise<{ result: T; waiting: number; share: number } | { result: T; waiting: null; share: null }> {
+async function lockWaits<T>(
+  url: string | undefined,
+  during: Promise<T>,
+): Promise<{ result: T; waiting: number; share: number } | { result: T; waiting: null; share: null }> {
   if (url === undefined) return { result: await during, waiting: null, share: null };
   const sql = postgres(url, { max: 1, onnotice: () => {} });
   let done = false;
@@ -169,7 +172,9 @@ async function lockWaits<T>(url: string | undefined, during: Promise<T>): Promis
   let withWait = 0;
   const sampler = (async () => {
     while (!done) {
-      const [row] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE 'warrant-%' AND wait_event_type = 'Lock'`;
+      const [row] = await sql<
+        { n: number }[]
+      >`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE 'warrant-%' AND wait_event_type = 'Lock'`;
       samples += 1;
       waitingSum += row?.n ?? 0;
       if ((row?.n ?? 0) > 0) withWait += 1;

@@ -53,7 +53,9 @@ async function auditKeysFrom(config: Config, file: string | undefined): Promise<
     // Verifying never makes a key: a new one would vouch for nothing. Without keys, chains still
     // verify, and any checkpoint is reported as not signed by a known audit key.
     if (config.auditKeys === undefined && !existsSync(keyFile(config.keysDir, 'audit'))) {
-      console.error(`audit: no audit keys in ${config.keysDir}; checkpoints cannot be checked (give --keys JWKS_FILE, the server's /.well-known/warrant-audit-keys.json)`);
+      console.error(
+        `audit: no audit keys in ${config.keysDir}; checkpoints cannot be checked (give --keys JWKS_FILE, the server's /.well-known/warrant-audit-keys.json)`,
+      );
       return new Map();
     }
     return (await loadKeys(config, () => {}, 'audit')).verifyKeys;
