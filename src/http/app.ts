@@ -25,6 +25,7 @@ import type { CallerIds } from '../store/writer.js';
 import type { Metrics } from './metrics.js';
 import { addDocs, type DocsAssets } from './docs.js';
 import { UI_CSP, UI_CSS, UI_HTML, UI_JS } from './ui.js';
+import { DEFAULT_TRAJECTORIES, MAX_TRAJECTORIES, trajectoriesReply } from '../service/trajectories.js';
 
 export interface AppDeps {
   readonly store: Store;
@@ -165,6 +166,16 @@ const routes = {
     request: { params: z.strictObject({ id: KeyId }) },
     responses: { 200: json(Any, 'the revoked key'), ...errors(400, 401, 403, 404, 503) },
   }),
+  // ---- issue 16, the operator's page: recent trajectories ----
+  trajectories: createRoute({
+    method: 'get',
+    path: '/v1/audit/trajectories',
+    tags: ['audit'],
+    summary: 'Recently active delegation trees, with their grants, denials, calls and spend',
+    request: { query: z.strictObject({ limit: z.coerce.number().int().min(1).max(MAX_TRAJECTORIES).optional() }) },
+    responses: { 200: json(Any, 'the trees, most recently active first'), ...errors(400, 401, 403, 503) },
+  }),
+  // ---- end issue 16 ----
   verify: createRoute({
     method: 'get',
     path: '/v1/audit/verify',
@@ -424,6 +435,9 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       ),
     );
   });
+  app.openapi(routes.trajectories, async (c) =>
+    send(c, await bounded(c, trajectoriesReply(deps.store, c.get('tenantId'), c.req.valid('query').limit ?? DEFAULT_TRAJECTORIES))),
+  );
   app.openapi(routes.verify, async (c) =>
     send(c, await bounded(c, reads.verifyAudit(c.get('tenantId')), Deadline.in(Math.max(VERIFY_BOUND_MS, deps.deadlineMs ?? 0)))),
   );
