@@ -24,7 +24,7 @@ import { CreateKeyBody, KeyAdmin, KeyId } from '../service/key-admin.js';
 import type { CallerIds } from '../store/writer.js';
 import type { Metrics } from './metrics.js';
 import { addDocs, type DocsAssets } from './docs.js';
-import { UI_CSP, UI_CSS, UI_HTML, UI_JS } from './ui.js';
+import { addUi } from './ui.js';
 import { DEFAULT_TRAJECTORIES, MAX_TRAJECTORIES, trajectoriesReply } from '../service/trajectories.js';
 
 export interface AppDeps {
@@ -464,9 +464,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   }
   // An interactive reference over the same document, its assets served from here (docs.ts).
   addDocs(app, deps.docsAssets);
-  app.get('/ui', (c) => c.html(UI_HTML, 200, { 'Content-Security-Policy': UI_CSP }));
-  app.get('/ui/app.js', (c) => c.body(UI_JS, 200, { 'Content-Type': 'text/javascript; charset=utf-8', 'Content-Security-Policy': UI_CSP }));
-  app.get('/ui/app.css', (c) => c.body(UI_CSS, 200, { 'Content-Type': 'text/css; charset=utf-8' }));
+  addUi(app); // the operator's page (ui.ts)
   app.get('/healthz', (c) => c.json({ ok: true }));
   const metrics = deps.metrics;
   if (metrics !== undefined) app.get('/metrics', async (c) => c.text(await metrics.render(), 200, { 'Content-Type': 'text/plain; version=0.0.4' }));
