@@ -435,6 +435,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       ),
     );
   });
+  // issue 16: the operator's page opens on this summary
   app.openapi(routes.trajectories, async (c) =>
     send(c, await bounded(c, trajectoriesReply(deps.store, c.get('tenantId'), c.req.valid('query').limit ?? DEFAULT_TRAJECTORIES))),
   );

@@ -311,6 +311,7 @@ async function openTrajectory(name) {
   if (entries.length) renderChart(entries);
   renderReasons(entries);
   renderAudit();
+  if (!entries.length) { status('no audit entries for ' + name); return; }
   status(name + ': ' + byId.size + ' capabilities, ' + entries.length + ' audit entries' + (view.complete ? '' : ' (the newest not loaded: too many)'));
 }
 
@@ -328,7 +329,12 @@ async function show() {
 
 document.addEventListener('DOMContentLoaded', () => {
   $('#connect').addEventListener('submit', (ev) => { ev.preventDefault(); apiKey = $('#key').value.trim(); void show(); });
-  $('#open').addEventListener('submit', (ev) => { ev.preventDefault(); location.hash = 't=' + encodeURIComponent($('#trajectory').value.trim()); });
+  $('#open').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const hash = '#t=' + encodeURIComponent($('#trajectory').value.trim());
+    if (location.hash === hash) void show(); // the same trajectory again: a refresh (no hashchange)
+    else location.hash = hash;
+  });
   window.addEventListener('hashchange', () => void show());
   for (const id of ['#f-decision', '#f-event', '#f-text']) $(id).addEventListener('input', renderAudit);
   void show();

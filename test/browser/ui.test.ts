@@ -324,6 +324,22 @@ describe('the operator page', () => {
     await page.close();
   });
 
+  test('an unknown trajectory says so; Open on the same trajectory loads it again', async () => {
+    const page = await open('#t=nobody');
+    await connect(page);
+    await page.waitForSelector('#status:has-text("no audit entries for nobody")');
+    expect(await page.locator('.cap').count()).toBe(0);
+    await page.fill('#trajectory', 'incident-1');
+    await page.click('#open button[type=submit]');
+    await page.waitForSelector('#status:has-text("incident-1: 4 capabilities")');
+    await page.evaluate(() => {
+      document.querySelector('#tree')?.replaceChildren();
+    });
+    await page.click('#open button[type=submit]');
+    await expect.poll(() => page.locator('.cap').count()).toBe(4);
+    await page.close();
+  });
+
   test('a wrong key shows the error and no data', async () => {
     const page = await open('#t=incident-1');
     await connect(page, 'wk.wrong');
