@@ -1,5 +1,5 @@
 /**
- * The Hono app: routes of API.md, bearer auth, body rules (JSON only, 64 KiB), error mapping and
+ * The Hono app: the routes of docs/api.md, bearer auth, body rules (JSON only, 64 KiB), error mapping and
  * the OpenAPI document generated from the same zod schemas that validate. Built by `createApp`
  * from injected store, writer, keys and clock: no globals, so it runs on Node and Workers alike.
  */
@@ -303,7 +303,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       return undefined;
     },
   });
-  // Statuses come from the use cases (API.md); the route types cannot follow them, hence `never`.
+  // Statuses come from the use cases (docs/api.md); the route types cannot follow them, hence `never`.
   const send = (c: Context, r: Reply): never => c.json(r.body as object, r.status as 200) as never;
   /** Counts a decision answer (mint/attenuate 201 or 403, approve grant/deny, revoke 200). */
   const counted = (event: string, r: Reply): Reply => {
@@ -469,14 +469,14 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   app.get('/healthz', (c) => c.json({ ok: true }));
   const metrics = deps.metrics;
   if (metrics !== undefined) app.get('/metrics', async (c) => c.text(await metrics.render(), 200, { 'Content-Type': 'text/plain; version=0.0.4' }));
-  // Within 1 s, always: 503 while the database is unreachable, stalled or read-only (API.md).
+  // Within 1 s, always: 503 while the database is unreachable, stalled or read-only (docs/api.md "GET /readyz").
   app.get('/readyz', async (c) => {
     const ready = await readiness.isReady();
     deps.metrics?.database(ready ? 'available' : 'unavailable');
     return ready ? c.json({ ok: true }) : c.json(unavailable().toBody(), 503);
   });
   app.openAPIRegistry.registerComponent('securitySchemes', 'tenantKey', { type: 'http', scheme: 'bearer' });
-  // The keyless routes are plain handlers above; listed here so the document covers all of API.md.
+  // The keyless routes are plain handlers above; listed here so the document covers every route of docs/api.md.
   const keyless: [string, string, number[]][] = [
     ['/.well-known/jwks.json', 'Public verification keys (JWKS)', []],
     [AUDIT_KEYS_PATH, 'Audit checkpoint public keys (JWKS)', []],
@@ -496,7 +496,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   }
   app.doc31('/openapi.json', {
     openapi: '3.1.0',
-    info: { title: 'Warrant', version: '1.0.0', description: 'Capability authority for AI-agent runtimes (API.md).' },
+    info: { title: 'Warrant', version: '1.0.0', description: 'Capability authority for AI-agent runtimes (reference: docs/api.md).' },
     security: [{ tenantKey: [] }],
   });
   return app;
