@@ -3,7 +3,8 @@
  * drivers, on anything with `fetch` (Node, Workers, browsers). Request types are the server's own
  * zod schemas; every error answer becomes a `WarrantError` with its stable `code`. Tokens can also
  * be checked offline against the authority's `/.well-known/jwks.json` (signature and expiry only:
- * revocation and budgets are known to `/v1/approve` alone; offline.ts).
+ * revocation and budgets are known to `/v1/approve` alone; offline.ts), and a sandbox driver can
+ * wrap a tool handler so that it runs only on a grant (guard.ts).
  */
 import type { JSONWebKeySet } from 'jose';
 import type { z } from 'zod';
@@ -13,6 +14,7 @@ import { importAuditKeys } from '../audit/checkpoint.js';
 import { verifyReceipt as verifyWithKeys, type Receipt, type ReceiptCheck } from '../audit/receipt.js';
 
 export { verifyOffline, type OfflineClaims, type OfflineCode, type OfflineResult } from './offline.js';
+export { callIdOf, guardTool, ToolDenied, type Approver, type LogicalCall, type ToolCallContext, type ToolGrant, type ToolGuard } from './guard.js';
 
 export type MintRequest = z.input<typeof MintBody>;
 export type AttenuateRequest = z.input<typeof AttenuateBody>;
