@@ -92,4 +92,18 @@ describe('verifyOffline against the served JWKS', () => {
     const withPrivate = { keys: [{ ...(await exportJWK(privateKey)), kid, alg: 'EdDSA' }] };
     expect(await verifyOffline(token, withPrivate as never)).toEqual({ ok: false, code: 'jwks_unavailable' });
   });
+
+  test('a failed fetch is not kept: the same URL verifies once its JWKS can be had', async () => {
+    const down = await startCountingProxy(server.url);
+    const url = new URL(`${down.url}${JWKS}`);
+    await down.close();
+    expect(await verifyOffline(token, url)).toEqual({ ok: false, code: 'jwks_unavailable' });
+    const up = await startCountingProxy(server.url, Number(url.port));
+    try {
+      expect(await verifyOffline(token, url)).toMatchObject({ ok: true, claims: { capability_id: capabilityId } });
+      expect(up.count(JWKS)).toBe(1);
+    } finally {
+      await up.close();
+    }
+  });
 });

@@ -13,8 +13,8 @@ export interface CountingProxy {
   close(): Promise<void>;
 }
 
-/** Starts a proxy on a free port that forwards every request to `target` (an origin). */
-export async function startCountingProxy(target: string): Promise<CountingProxy> {
+/** Starts a proxy that forwards every request to `target` (an origin), on `port` (default: a free one). */
+export async function startCountingProxy(target: string, port = 0): Promise<CountingProxy> {
   const counts = new Map<string, number>();
   const server = createServer((req, res) => {
     const path = req.url ?? '/';
@@ -38,7 +38,7 @@ export async function startCountingProxy(target: string): Promise<CountingProxy>
         });
     });
   });
-  await new Promise<void>((ready) => server.listen(0, '127.0.0.1', ready));
+  await new Promise<void>((ready) => server.listen(port, '127.0.0.1', ready));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     count: (path) => counts.get(path) ?? 0,
