@@ -2,7 +2,8 @@
  * The sandbox driver's side of approve: wrap a tool handler so that it runs only after the
  * authority granted the call. Each call's `call_id` is derived from the logical call (trajectory,
  * turn, the runtime's tool-call id, tool name, arguments), so retrying the same call is a repeat to
- * the authority, which "returns the first decision and charges nothing again" (API.md, approve).
+ * the authority, which answers it with the first decision and charges nothing again (docs/api.md,
+ * "Idempotency and replays").
  */
 import { sha256 } from '@noble/hashes/sha2.js';
 import { utf8ToBytes } from '@noble/hashes/utils.js';
@@ -79,7 +80,7 @@ export interface ToolGrant extends ToolCallContext {
 
 /** The authority did not grant a guarded call: the handler did not run. */
 export class ToolDenied extends Error {
-  /** The deny reason's code (`right_missing`, `budget_exhausted`, `revoked`, … as API.md lists them). */
+  /** The deny reason's code (`right_missing`, `budget_exhausted`, `revoked`, … as docs/api.md lists them). */
   readonly code: string;
 
   constructor(
