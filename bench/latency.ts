@@ -178,7 +178,9 @@ async function saturation(client: Client, key: string, bodies: readonly string[]
 const ms = (x: number): string => (Number.isNaN(x) ? '   –' : x.toFixed(2).padStart(6));
 
 function line(target: string, round: string, r: Round): string {
-  const cpu = r.cpu === null ? '' : `   CPU µs/request server ${r.cpu.server.toFixed(0)}, database ${r.cpu.database.toFixed(0)}`;
+  // cpu.ts counts every postgres process on the machine: others' work on a shared server is in it.
+  const database = r.cpu === null || databaseUrl === undefined ? '' : `, all postgres ${r.cpu.database.toFixed(0)}`;
+  const cpu = r.cpu === null ? '' : `   CPU µs/request server ${r.cpu.server.toFixed(0)}${database}`;
   const lag = r.lag === null ? '' : `   send lag p50 ${r.lag.p50.toFixed(2)} p99 ${r.lag.p99.toFixed(2)} ms`;
   return `${target.padEnd(8)} ${round.padEnd(22)} ${r.rate.toFixed(0).padStart(6)}/s   p50 ${ms(r.p50)}  p90 ${ms(r.p90)}  p99 ${ms(r.p99)}  max ${ms(r.max)} ms   errors ${r.errors}${cpu}${lag}`;
 }
