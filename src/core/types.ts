@@ -103,5 +103,7 @@ export type ViolationCode =
 export interface Violation {
   readonly component: 'rights' | 'objects' | 'predicate' | 'expiry' | 'parent' | 'trajectory';
   readonly code: ViolationCode;
+  /** The request field at fault, as a 400's field paths name it: `predicate.max_calls`, `objects.1`, `ttl_s`, `parent_token`. */
+  readonly field: string;
   readonly detail: string;
 }

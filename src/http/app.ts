@@ -101,6 +101,11 @@ const routes = {
     path: '/v1/attenuate',
     tags: ['capabilities'],
     summary: 'Issue a child capability',
+    // issue 16: inherited limits, violations naming their field
+    description:
+      "Each predicate field the request omits takes the parent's bound (`max_depth`: one less than the parent's; `args`: the parent's list, when omitted as a whole), " +
+      "as an omitted `ttl_s` takes the parent's remaining lifetime; the answer and the token carry the effective bounds. A field given looser than the parent's is refused: " +
+      '403 `attenuation_refused` lists every violation with its `component`, `code`, the request `field` at fault (`predicate.max_calls`, `objects.1`, `ttl_s`, `parent_token`) and a `detail` naming it.',
     request: { headers: IdemHeaders, body: body(AttenuateBody) },
     responses: { 201: json(Any, 'the child capability and its token'), ...errors(400, 401, 403, 409, 413, 415, 503) },
   }),

@@ -6,7 +6,7 @@
 import { checkAttenuation, extendsTrajectory, type ChildSpec } from '../core/attenuate.js';
 import { fromMicro, toMicro } from '../core/money.js';
 import { canonicalObject } from '../core/objects.js';
-import { canonicalPredicate } from '../core/predicate.js';
+import { canonicalPredicate, inheritPredicate } from '../core/predicate.js';
 import { MAX_TOKEN_CHARS, type ApproveBody, type AttenuateBody, type MintBody, type RevokeBody } from '../core/schemas.js';
 import {
   RIGHTS,
@@ -171,13 +171,19 @@ export class Authority {
         const detail = !verified.ok ? verified.message : 'the parent capability belongs to another tenant';
         return this.submitAs(
           caller,
-          this.refusal(tenantId, fence, null, body.trajectory_id ?? null, [{ component: 'parent', code: 'parent_invalid', detail }]),
+          this.refusal(tenantId, fence, null, body.trajectory_id ?? null, [{ component: 'parent', code: 'parent_invalid', field: 'parent_token', detail }]),
           deadline,
         );
       }
       const parent = verified.capability;
       const iat = seconds(this.deps.now());
-      const child: ChildSpec = { rights: canonicalRights(body.rights), objects, predicate, exp: body.ttl_s === undefined ? parent.exp : iat + body.ttl_s };
+      // Omitted predicate fields inherit the parent's, as an omitted ttl_s does (issue 16): the child, its token and the answer carry the effective bounds.
+      const child: ChildSpec = {
+        rights: canonicalRights(body.rights),
+        objects,
+        predicate: inheritPredicate(body.predicate ?? {}, predicate, parent.predicate),
+        exp: body.ttl_s === undefined ? parent.exp : iat + body.ttl_s,
+      };
       const claims: CapabilityClaims = {
         ...child,
         id: newId('cap'),
@@ -193,6 +199,7 @@ export class Authority {
         violations.push({
           component: 'trajectory',
           code: 'trajectory_unrelated',
+          field: 'trajectory_id',
           detail: `trajectory_id must equal the parent's (${parent.trajectory}) or extend it (${parent.trajectory}.<suffix>)`,
         });
       const token = violations.length === 0 ? await signToken(this.deps.keys, claims) : '';
@@ -207,17 +214,23 @@ export class Authority {
             const chain = await tx.lockChain(tenantId, parent.id);
             const all = [...violations];
             if (chain.length === 0 || chain[chain.length - 1]?.id !== parent.id) {
-              all.unshift({ component: 'parent', code: 'parent_invalid', detail: 'the parent capability is not known to this authority' });
+              all.unshift({
+                component: 'parent',
+                code: 'parent_invalid',
+                field: 'parent_token',
+                detail: 'the parent capability is not known to this authority',
+              });
             } else {
               const revoked = chain.find((l) => l.revoked);
               if (revoked !== undefined)
                 all.unshift({
                   component: 'parent',
                   code: 'parent_revoked',
+                  field: 'parent_token',
                   detail: revoked.id === parent.id ? 'the parent capability is revoked' : `ancestor ${revoked.id} is revoked`,
                 });
               if (parent.exp * 1000 <= now.getTime() && !all.some((v) => v.code === 'parent_expired')) {
-                all.unshift({ component: 'parent', code: 'parent_expired', detail: 'the parent capability has expired' });
+                all.unshift({ component: 'parent', code: 'parent_expired', field: 'parent_token', detail: 'the parent capability has expired' });
               }
             }
             // Filed under the parent's trajectory when the child asked for an unrelated one: the tree's view shows the attempt.
@@ -245,9 +258,14 @@ export class Authority {
     violations: Violation[],
     requestedTrajectory?: string,
   ): DecisionUnit<IssueResult> {
-    const error = new ApiError(403, 'attenuation_refused', `the child would hold more than its parent: ${violations.map((v) => v.code).join(', ')}`, {
-      violations,
-    });
+    const error = new ApiError(
+      403,
+      'attenuation_refused',
+      `the child would hold more than its parent: ${violations.map((v) => `${v.code} (${v.field})`).join(', ')}`,
+      {
+        violations,
+      },
+    );
     const response = { status: 403, body: error.toBody() };
     return {
       tenantId,
