@@ -11,7 +11,7 @@ import type { Deny, VerifiedCapability } from '../core/types.js';
 import { hashJson, newId } from '../crypto/hash.js';
 import type { Fence } from '../store/idempotency.js';
 import type { DecisionUnit } from '../store/writer.js';
-import { approveDetail, replayedApproval } from './approve-record.js';
+import { approveDetail, dryRunDetail, replayedApproval } from './approve-record.js';
 import type { Authority, Reply, RequestContext } from './authority.js';
 import { invalidRequest, type FieldError } from './errors.js';
 
@@ -30,14 +30,17 @@ export class Approver {
     const cost = toMicro(body.cost);
     if (!cost.ok) errors.push({ path: 'cost', message: cost.error });
     if (!target.ok || !cost.ok) throw invalidRequest(errors);
-    const req: ApproveRequest & { requested: ApproveBody['target'] } = {
+    const req: Call = {
       op: body.op,
       target: target.value,
       cost: cost.value,
       args: body.args ?? {},
       requested: body.target,
+      dryRun: body.dry_run === true,
     };
+    // A dry run never claims its call_id: it must neither take the place of the real call nor be answered by its replay.
     const callId = body.call_id ?? null;
+    const idemKey = callId === null || req.dryRun ? undefined : callId;
 
     const verified = await this.kit.tokens.verify(body.token);
     if (!verified.ok) {
@@ -50,9 +53,9 @@ export class Approver {
       return this.reply(await this.kit.guard(() => this.kit.submitAs(caller, this.unit(tenantId, null, null, req, callId, d), deadline)));
     }
     // Hashed only when a call_id asks for idempotency: it is on every approval's path otherwise.
-    const requestHash = callId === null ? undefined : hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args });
+    const requestHash = idemKey === undefined ? undefined : hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args });
     const outcome = await this.kit.idempotent(
-      { tenantId, scope: 'approve', key: callId === null ? undefined : `${cap.id}:${callId}` },
+      { tenantId, scope: 'approve', key: idemKey === undefined ? undefined : `${cap.id}:${idemKey}` },
       requestHash,
       (fence) => this.kit.submitAs(caller, this.unit(tenantId, fence, cap, req, callId, null), deadline),
       deadline,
@@ -64,7 +67,7 @@ export class Approver {
     tenantId: string,
     fence: Fence | null,
     cap: VerifiedCapability | null,
-    req: ApproveRequest & { requested: ApproveBody['target'] },
+    req: Call,
     callId: string | null,
     preDenied: Deny | null,
   ): DecisionUnit<ApproveResult> {
@@ -84,16 +87,18 @@ export class Approver {
             const d = evaluateApprove(cap, req, now.getTime(), chain);
             decision = d;
             if (d.decision === 'grant') {
-              await tx.charge(
-                chain.map((l) => l.id),
-                req.cost,
-              );
+              // A dry run answers what the call would leave (remaining after it) and charges nothing.
+              if (!req.dryRun)
+                await tx.charge(
+                  chain.map((l) => l.id),
+                  req.cost,
+                );
               remaining = { budgetRemaining: d.budgetRemaining, callsRemaining: d.callsRemaining };
             } else remaining = remainingOf(chain);
           }
         }
         const auditId = newId('aud');
-        const result: ApproveResult = { decision, remaining, auditId, capabilityId: cap?.id ?? null };
+        const result: ApproveResult = { decision, remaining, auditId, capabilityId: cap?.id ?? null, dryRun: req.dryRun };
         return {
           result,
           // Stored on the idempotency record only; without a call_id nothing would read it.
@@ -109,8 +114,12 @@ export class Approver {
             op: req.op,
             target: req.target,
             cost: req.cost,
-            callId,
-            detail: approveDetail(req, decision.decision === 'deny' ? decision.message : null),
+            // A dry run's row keeps its call_id in detail only: looking a call_id up must find real decisions alone.
+            callId: req.dryRun ? null : callId,
+            detail: {
+              ...approveDetail(req, decision.decision === 'deny' ? decision.message : null),
+              ...(req.dryRun ? dryRunDetail(callId) : {}),
+            },
           },
         };
       },
@@ -122,11 +131,19 @@ export class Approver {
   }
 }
 
+/** A call to decide, as validated; `requested` is the target as sent, for the audit row. */
+interface Call extends ApproveRequest {
+  readonly requested: ApproveBody['target'];
+  /** Decide and audit, but charge nothing and claim no call_id (issue 16). */
+  readonly dryRun: boolean;
+}
+
 interface ApproveResult {
   readonly decision: Deny | { decision: 'grant' };
   readonly remaining: { budgetRemaining: bigint | null; callsRemaining: number | null };
   readonly auditId: string;
   readonly capabilityId: string | null;
+  readonly dryRun: boolean;
 }
 
 function approveBody(r: ApproveResult): Record<string, unknown> {
@@ -137,5 +154,6 @@ function approveBody(r: ApproveResult): Record<string, unknown> {
     audit_id: r.auditId,
     budget_remaining: r.remaining.budgetRemaining === null ? null : fromMicro(r.remaining.budgetRemaining),
     calls_remaining: r.remaining.callsRemaining,
+    ...(r.dryRun ? { dry_run: true } : {}),
   };
 }
