@@ -37,6 +37,8 @@ export interface Decision {
   readonly audit_id: string;
   readonly budget_remaining: number | null;
   readonly calls_remaining: number | null;
+  /** Present on the answer to `dry_run: true`: decided and audited, nothing charged (the remaining values are as they would be). */
+  readonly dry_run?: true;
 }
 
 export interface StoredCapability extends Omit<Capability, 'token'> {
