@@ -15,7 +15,7 @@ import { approveDetail, dryRunDetail, replayedApproval } from './approve-record.
 import type { Authority, Reply, RequestContext } from './authority.js';
 import { invalidRequest, type FieldError } from './errors.js';
 
-/** What approving borrows from the Authority: its clock, token cache, idempotency and writer. */
+/** What approving borrows from the Authority: its token cache, idempotency, failure guard and writer. */
 export type DecisionKit = Pick<Authority, 'tokens' | 'idempotent' | 'guard' | 'submitAs'>;
 
 export class Approver {
