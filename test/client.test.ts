@@ -58,6 +58,15 @@ describe('WarrantClient over HTTP', () => {
     expect(await client.verifyAudit()).toMatchObject({ ok: true });
   });
 
+  test('attenuate inherits omitted limits; approve takes dry_run (issue 16)', async () => {
+    const root = await client.mint({ ...rootBody, trajectory_id: 'c-4', rights: ['read'] });
+    const child = await client.attenuate({ parent_token: root.token, rights: ['read'], objects: [{ kind: 'path', prefix: '/workspace/c-1/sub4' }] });
+    expect(child.predicate).toEqual({ budget: 1, max_depth: 1 });
+    const call = { token: child.token, op: 'read' as const, target: { kind: 'path' as const, path: '/workspace/c-1/sub4/a' }, cost: 0.75 };
+    expect(await client.approve({ ...call, dry_run: true })).toMatchObject({ decision: 'grant', dry_run: true, budget_remaining: 0.25 });
+    expect((await client.capability(child.capability_id)).spent).toBe(0);
+  });
+
   test('errors carry status, code and details', async () => {
     const root = await client.mint({ ...rootBody, trajectory_id: 'c-2', rights: ['read'] });
     const refused = await client

@@ -45,6 +45,8 @@ export interface Decision {
   readonly replayed?: true;
   /** When a replayed decision was first made (null for decisions stored before this was kept). */
   readonly decided_at?: string | null;
+  /** Present on the answer to `dry_run: true`: decided and audited, nothing charged (the remaining values are as they would be). */
+  readonly dry_run?: true;
 }
 
 export interface StoredCapability extends Omit<Capability, 'token'> {

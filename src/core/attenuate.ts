@@ -21,29 +21,50 @@ export interface ChildSpec {
 export function checkAttenuation(parent: VerifiedCapability, child: ChildSpec, nowMs: number): Violation[] {
   const out: Violation[] = [];
   if (parent.exp * 1000 <= nowMs) {
-    out.push({ component: 'parent', code: 'parent_expired', detail: `the parent expired at ${new Date(parent.exp * 1000).toISOString()}` });
+    out.push({
+      component: 'parent',
+      code: 'parent_expired',
+      field: 'parent_token',
+      detail: `the parent expired at ${new Date(parent.exp * 1000).toISOString()}`,
+    });
   }
   // docs/api.md: "the parent is valid now". A child cut before its parent's nbf would be valid earlier.
   if (parent.nbf * 1000 > nowMs) {
-    out.push({ component: 'parent', code: 'parent_invalid', detail: `the parent is valid from ${new Date(parent.nbf * 1000).toISOString()}` });
+    out.push({
+      component: 'parent',
+      code: 'parent_invalid',
+      field: 'parent_token',
+      detail: `the parent is valid from ${new Date(parent.nbf * 1000).toISOString()}`,
+    });
   }
   for (const r of child.rights) {
-    if (!parent.rights.includes(r)) out.push({ component: 'rights', code: 'right_widened', detail: `right ${r} is not held by the parent` });
+    if (!parent.rights.includes(r)) out.push({ component: 'rights', code: 'right_widened', field: 'rights', detail: `rights: ${r} is not held by the parent` });
   }
   child.objects.forEach((o, i) => {
     if (!parent.objects.some((p) => isObjectWithin(o, p))) {
-      out.push({ component: 'objects', code: 'object_widened', detail: `objects[${i}] (${describe(o)}) lies within no object of the parent` });
+      out.push({
+        component: 'objects',
+        code: 'object_widened',
+        field: `objects.${i}`,
+        detail: `objects.${i} (${describe(o)}) lies within no object of the parent`,
+      });
     }
   });
   out.push(...predicateViolations(child.predicate, parent.predicate));
   if (parent.depth + 1 > MAX_TREE_DEPTH && !out.some((v) => v.code === 'depth_exhausted')) {
-    out.push({ component: 'predicate', code: 'depth_exhausted', detail: `delegation trees are at most ${MAX_TREE_DEPTH} deep` });
+    out.push({
+      component: 'predicate',
+      code: 'depth_exhausted',
+      field: 'predicate.max_depth',
+      detail: `predicate.max_depth: delegation trees are at most ${MAX_TREE_DEPTH} deep`,
+    });
   }
   if (child.exp > parent.exp) {
     out.push({
       component: 'expiry',
       code: 'expiry_extended',
-      detail: `the child would expire after the parent (${new Date(parent.exp * 1000).toISOString()})`,
+      field: 'ttl_s',
+      detail: `ttl_s: the child would expire after the parent (${new Date(parent.exp * 1000).toISOString()})`,
     });
   }
   return out;

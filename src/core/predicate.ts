@@ -78,8 +78,11 @@ function describeBound(b: ArgBound): string {
   return b.kind === 'one_of' ? `one_of(${b.arg}, ${JSON.stringify(b.values)})` : `${b.kind}(${b.arg}, ${b.value})`;
 }
 
-function widened(detail: string): Violation {
-  return { component: 'predicate', code: 'predicate_widened', detail };
+type PredicateField = keyof RawPredicate;
+
+/** A widened bound, naming its field in `field` and at the head of `detail`. */
+function widened(field: PredicateField, detail: string): Violation {
+  return { component: 'predicate', code: 'predicate_widened', field: `predicate.${field}`, detail: `predicate.${field}: ${detail}` };
 }
 
 /**
@@ -93,28 +96,48 @@ export function predicateViolations(child: CanonicalPredicate, parent: Canonical
     const p = parent[field];
     const c = child[field];
     if (p === undefined) continue;
-    if (c === undefined) out.push(widened(`${field}: the parent sets ${p}; the child must set at most that`));
-    else if (microOf(c) > microOf(p)) out.push(widened(`${field}: ${c} exceeds the parent's ${p}`));
+    if (c === undefined) out.push(widened(field, `the parent sets ${p}; the child must set at most that`));
+    else if (microOf(c) > microOf(p)) out.push(widened(field, `${c} exceeds the parent's ${p}`));
   }
   if (parent.max_calls !== undefined) {
     const c = child.max_calls;
-    if (c === undefined) out.push(widened(`max_calls: the parent sets ${parent.max_calls}; the child must set at most that`));
-    else if (c > parent.max_calls) out.push(widened(`max_calls: ${c} exceeds the parent's ${parent.max_calls}`));
+    if (c === undefined) out.push(widened('max_calls', `the parent sets ${parent.max_calls}; the child must set at most that`));
+    else if (c > parent.max_calls) out.push(widened('max_calls', `${c} exceeds the parent's ${parent.max_calls}`));
   }
   if (parent.max_depth === 0) {
-    out.push({ component: 'predicate', code: 'depth_exhausted', detail: 'max_depth: the parent may not be attenuated (max_depth 0)' });
+    out.push({
+      component: 'predicate',
+      code: 'depth_exhausted',
+      field: 'predicate.max_depth',
+      detail: 'predicate.max_depth: the parent may not be attenuated (max_depth 0)',
+    });
   } else if (parent.max_depth !== undefined) {
     const c = child.max_depth;
-    if (c === undefined || c >= parent.max_depth) {
-      out.push(widened(`max_depth: the child must set less than the parent's ${parent.max_depth}`));
-    }
+    if (c === undefined || c >= parent.max_depth) out.push(widened('max_depth', `the child must set less than the parent's ${parent.max_depth}`));
   }
   for (const bound of parent.args ?? []) {
     if (!(child.args ?? []).some((c) => boundImplies(c, bound))) {
-      out.push(widened(`args: no bound of the child implies the parent's ${describeBound(bound)}`));
+      out.push(widened('args', `no bound of the child on argument ${bound.arg} implies the parent's ${describeBound(bound)}`));
     }
   }
   return out;
+}
+
+// ---- inheritance ----------------------------------------------------------------------------
+
+/**
+ * The child's effective predicate (issue 16): each field the request omits (`given`) takes the
+ * parent's bound, so a spawner writes only what it narrows. `max_depth` inherits one less than the
+ * parent's, the most a child may hold; `args` is one field, inherited only when omitted as a whole.
+ * A field the request gives is kept as given, so a looser one is still refused by
+ * `predicateViolations`.
+ */
+export function inheritPredicate(given: RawPredicate, child: CanonicalPredicate, parent: CanonicalPredicate): CanonicalPredicate {
+  const pick = <K extends PredicateField>(field: K): RawPredicate[K] => (given[field] === undefined ? parent[field] : child[field]);
+  const depth = given.max_depth === undefined && parent.max_depth !== undefined && parent.max_depth > 0 ? parent.max_depth - 1 : child.max_depth;
+  // In canonicalPredicate's field order, so equal predicates serialize alike; absent fields left out.
+  const out = { max_cost: pick('max_cost'), budget: pick('budget'), max_calls: pick('max_calls'), max_depth: depth, args: pick('args') };
+  return Object.fromEntries(Object.entries(out).filter(([, v]) => v !== undefined)) as RawPredicate as CanonicalPredicate;
 }
 
 // ---- evaluation -----------------------------------------------------------------------------

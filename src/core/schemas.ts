@@ -116,6 +116,15 @@ export const ApproveBody = z.strictObject({
   cost: Cost,
   call_id: text(256).optional(),
   args: Args.optional(),
+  // issue 16: decide and audit without charging
+  dry_run: z
+    .boolean()
+    .optional()
+    .meta({
+      description:
+        'Decide as a real call would and audit it, marked dry_run, but charge nothing: the answer (marked "dry_run": true) gives the ' +
+        'budget and calls that would remain after the call. Its call_id is not claimed: a real call with it is decided afresh, and so is a dry run after one.',
+    }),
 });
 
 export const RevokeBody = z.strictObject({

@@ -113,5 +113,7 @@ export const VIOLATION_COMPONENTS = ['rights', 'objects', 'predicate', 'expiry',
 export interface Violation {
   readonly component: (typeof VIOLATION_COMPONENTS)[number];
   readonly code: ViolationCode;
+  /** The request field at fault, as a 400's field paths name it: `predicate.max_calls`, `objects.1`, `ttl_s`, `parent_token`. */
+  readonly field: string;
   readonly detail: string;
 }

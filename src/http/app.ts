@@ -102,6 +102,11 @@ const routes = {
     path: '/v1/attenuate',
     tags: ['capabilities'],
     summary: 'Issue a child capability',
+    // issue 16: inherited limits, violations naming their field
+    description:
+      "Each predicate field the request omits takes the parent's bound (`max_depth`: one less than the parent's; `args`: the parent's list, when omitted as a whole), " +
+      "as an omitted `ttl_s` takes the parent's remaining lifetime; the answer and the token carry the effective bounds. A field given looser than the parent's is refused: " +
+      '403 `attenuation_refused` lists every violation with its `component`, `code`, the request `field` at fault (`predicate.max_calls`, `objects.1`, `ttl_s`, `parent_token`) and a `detail` naming it.',
     request: { headers: IdemHeaders, body: body(AttenuateBody) },
     responses: { 201: json(Any, 'the child capability and its token'), ...errors(400, 401, 403, 409, 413, 415, 503) },
   }),
@@ -113,7 +118,10 @@ const routes = {
     description:
       'With a `call_id`, a repeat (same token, op, target, cost and args) returns the first decision as it was made then, even if the capability ' +
       'was revoked, expired or spent since: marked `"replayed": true` with `decided_at`, charging nothing and writing no audit row. ' +
-      'Other values under the same `call_id` are 409 `idempotency_conflict`.',
+      'Other values under the same `call_id` are 409 `idempotency_conflict`. ' +
+      // issue 16: dry runs
+      'With `"dry_run": true` the call is decided and audited (its row\'s detail marked `dry_run`) but nothing is charged and its `call_id` is not claimed; ' +
+      'the answer, marked `"dry_run": true`, gives the budget and calls that would remain after it.',
     request: { body: body(ApproveBody) },
     responses: { 200: json(Any, 'grant or deny, with its audit id'), ...errors(400, 401, 409, 413, 415, 503) },
   }),
@@ -308,8 +316,9 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   /** Counts a decision answer (mint/attenuate 201 or 403, approve grant/deny, revoke 200). */
   const counted = (event: string, r: Reply): Reply => {
     if (deps.metrics === undefined) return r;
-    const body = r.body as { decision?: 'grant' | 'deny'; reason?: { code: string } | null; error?: { code: string } };
-    if (body.decision !== undefined) deps.metrics.decision(event, body.decision, body.reason?.code ?? null);
+    const body = r.body as { decision?: 'grant' | 'deny'; reason?: { code: string } | null; error?: { code: string }; dry_run?: boolean };
+    // A dry run (issue 16) is counted apart: it grants nothing, so it must not swell the grants.
+    if (body.decision !== undefined) deps.metrics.decision(body.dry_run === true ? `${event}_dry_run` : event, body.decision, body.reason?.code ?? null);
     else if (r.status === 403) deps.metrics.decision(event, 'deny', body.error?.code ?? null);
     else if (r.status < 300) deps.metrics.decision(event, 'grant', null);
     return r;

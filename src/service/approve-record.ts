@@ -38,6 +38,15 @@ export function approveDetail(req: { requested: ApproveBody['target']; args: Rec
 }
 
 /**
+ * A dry run's marks in its row's detail (hashed with the row, so a receipt shows them too): it
+ * charged nothing, and the call_id it named, kept here and not in the row's `call_id`, was not
+ * claimed. An auditor tells a dry-run grant from a real one by `dry_run`.
+ */
+export function dryRunDetail(callId: string | null): Record<string, unknown> {
+  return { dry_run: true, ...(callId === null ? {} : { call_id: callId }) };
+}
+
+/**
  * A repeated `call_id` gets the first decision as it was made then, even if the capability was
  * revoked since: marked `replayed`, with the time it was decided (null for decisions stored before
  * that time was kept).

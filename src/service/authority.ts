@@ -4,21 +4,18 @@
  * decision written (with its audit row) through the group-commit writer before it answers.
  */
 import { checkAttenuation, extendsTrajectory, type ChildSpec } from '../core/attenuate.js';
-import { checkValidity, deny, evaluateApprove, remainingOf, type ApproveRequest } from '../core/approve.js';
 import { fromMicro, toMicro } from '../core/money.js';
-import { canonicalObject, canonicalTarget } from '../core/objects.js';
-import { canonicalPredicate } from '../core/predicate.js';
+import { canonicalObject } from '../core/objects.js';
+import { canonicalPredicate, inheritPredicate } from '../core/predicate.js';
 import { MAX_TOKEN_CHARS, type ApproveBody, type AttenuateBody, type MintBody, type RevokeBody } from '../core/schemas.js';
 import {
   RIGHTS,
   type CapabilityClaims,
   type CanonicalObject,
   type CanonicalPredicate,
-  type Deny,
   type RawObject,
   type RawPredicate,
   type Right,
-  type VerifiedCapability,
   type Violation,
 } from '../core/types.js';
 import { hashJson, newId } from '../crypto/hash.js';
@@ -34,7 +31,7 @@ import { StoreUnavailable, type AuditFilter, type AuditRecord, type Store } from
 import { FenceLost, type CallerIds, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
 import { ApiError, invalidRequest, unavailableFrom, type FieldError } from './errors.js';
 import { TokenCache } from './token-cache.js';
-import { approveDetail, replayedApproval } from './approve-record.js';
+import { Approver } from './approve.js';
 
 export interface AuthorityDeps {
   readonly store: Store;
@@ -110,10 +107,13 @@ function capabilityBody(c: CapabilityClaims): Record<string, unknown> {
 }
 
 export class Authority {
-  private readonly tokens: TokenCache;
+  /** Verified tokens, shared by the use cases. */
+  readonly tokens: TokenCache;
+  private readonly approver: Approver;
 
   constructor(private readonly deps: AuthorityDeps) {
     this.tokens = new TokenCache(deps.keys);
+    this.approver = new Approver(this);
   }
 
   // ---- mint -----------------------------------------------------------------------------------
@@ -171,13 +171,19 @@ export class Authority {
         const detail = !verified.ok ? verified.message : 'the parent capability belongs to another tenant';
         return this.submitAs(
           caller,
-          this.refusal(tenantId, fence, null, body.trajectory_id ?? null, [{ component: 'parent', code: 'parent_invalid', detail }]),
+          this.refusal(tenantId, fence, null, body.trajectory_id ?? null, [{ component: 'parent', code: 'parent_invalid', field: 'parent_token', detail }]),
           deadline,
         );
       }
       const parent = verified.capability;
       const iat = seconds(this.deps.now());
-      const child: ChildSpec = { rights: canonicalRights(body.rights), objects, predicate, exp: body.ttl_s === undefined ? parent.exp : iat + body.ttl_s };
+      // Omitted predicate fields inherit the parent's, as an omitted ttl_s does (issue 16): the child, its token and the answer carry the effective bounds.
+      const child: ChildSpec = {
+        rights: canonicalRights(body.rights),
+        objects,
+        predicate: inheritPredicate(body.predicate ?? {}, predicate, parent.predicate),
+        exp: body.ttl_s === undefined ? parent.exp : iat + body.ttl_s,
+      };
       const claims: CapabilityClaims = {
         ...child,
         id: newId('cap'),
@@ -193,6 +199,7 @@ export class Authority {
         violations.push({
           component: 'trajectory',
           code: 'trajectory_unrelated',
+          field: 'trajectory_id',
           detail: `trajectory_id must equal the parent's (${parent.trajectory}) or extend it (${parent.trajectory}.<suffix>)`,
         });
       const token = violations.length === 0 ? await signToken(this.deps.keys, claims) : '';
@@ -207,17 +214,23 @@ export class Authority {
             const chain = await tx.lockChain(tenantId, parent.id);
             const all = [...violations];
             if (chain.length === 0 || chain[chain.length - 1]?.id !== parent.id) {
-              all.unshift({ component: 'parent', code: 'parent_invalid', detail: 'the parent capability is not known to this authority' });
+              all.unshift({
+                component: 'parent',
+                code: 'parent_invalid',
+                field: 'parent_token',
+                detail: 'the parent capability is not known to this authority',
+              });
             } else {
               const revoked = chain.find((l) => l.revoked);
               if (revoked !== undefined)
                 all.unshift({
                   component: 'parent',
                   code: 'parent_revoked',
+                  field: 'parent_token',
                   detail: revoked.id === parent.id ? 'the parent capability is revoked' : `ancestor ${revoked.id} is revoked`,
                 });
               if (parent.exp * 1000 <= now.getTime() && !all.some((v) => v.code === 'parent_expired')) {
-                all.unshift({ component: 'parent', code: 'parent_expired', detail: 'the parent capability has expired' });
+                all.unshift({ component: 'parent', code: 'parent_expired', field: 'parent_token', detail: 'the parent capability has expired' });
               }
             }
             // Filed under the parent's trajectory when the child asked for an unrelated one: the tree's view shows the attempt.
@@ -245,9 +258,14 @@ export class Authority {
     violations: Violation[],
     requestedTrajectory?: string,
   ): DecisionUnit<IssueResult> {
-    const error = new ApiError(403, 'attenuation_refused', `the child would hold more than its parent: ${violations.map((v) => v.code).join(', ')}`, {
-      violations,
-    });
+    const error = new ApiError(
+      403,
+      'attenuation_refused',
+      `the child would hold more than its parent: ${violations.map((v) => `${v.code} (${v.field})`).join(', ')}`,
+      {
+        violations,
+      },
+    );
     const response = { status: 403, body: error.toBody() };
     return {
       tenantId,
@@ -343,106 +361,10 @@ export class Authority {
     return { status: 201, body: { ...rest, token: await signToken(this.deps.keys, claims) } };
   }
 
-  // ---- approve --------------------------------------------------------------------------------
+  // ---- approve (src/service/approve.ts) -------------------------------------------------------
 
-  async approve(tenantId: string, body: ApproveBody, ctx: RequestContext = {}): Promise<Reply> {
-    const { caller, deadline } = ctx;
-    const errors: FieldError[] = [];
-    const target = canonicalTarget(body.target);
-    if (!target.ok)
-      errors.push({ path: `target.${body.target.kind === 'url' ? 'url' : body.target.kind === 'path' ? 'path' : 'name'}`, message: target.error });
-    const cost = toMicro(body.cost);
-    if (!cost.ok) errors.push({ path: 'cost', message: cost.error });
-    if (!target.ok || !cost.ok) throw invalidRequest(errors);
-    const req: ApproveRequest & { requested: ApproveBody['target'] } = {
-      op: body.op,
-      target: target.value,
-      cost: cost.value,
-      args: body.args ?? {},
-      requested: body.target,
-    };
-    const callId = body.call_id ?? null;
-
-    const verified = await this.tokens.verify(body.token);
-    if (!verified.ok) {
-      const d = deny(verified.code, verified.message);
-      return this.approveReply(await this.guard(() => this.submitAs(caller, this.approveUnit(tenantId, null, null, req, callId, d), deadline)));
-    }
-    const cap = verified.capability;
-    if (cap.tenant !== tenantId) {
-      const d = deny('tenant_mismatch', 'the capability belongs to another tenant');
-      return this.approveReply(await this.guard(() => this.submitAs(caller, this.approveUnit(tenantId, null, null, req, callId, d), deadline)));
-    }
-    // Hashed only when a call_id asks for idempotency: it is on every approval's path otherwise.
-    const requestHash = callId === null ? undefined : hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args });
-    const outcome = await this.idempotent(
-      { tenantId, scope: 'approve', key: callId === null ? undefined : `${cap.id}:${callId}` },
-      requestHash,
-      (fence) => this.submitAs(caller, this.approveUnit(tenantId, fence, cap, req, callId, null), deadline),
-      deadline,
-    );
-    return 'replay' in outcome ? replayedApproval(outcome.replay) : this.approveReply(outcome.result);
-  }
-
-  private approveUnit(
-    tenantId: string,
-    fence: Fence | null,
-    cap: VerifiedCapability | null,
-    req: ApproveRequest & { requested: ApproveBody['target'] },
-    callId: string | null,
-    preDenied: Deny | null,
-  ): DecisionUnit<ApproveResult> {
-    return {
-      tenantId,
-      fence,
-      ...(cap !== null && preDenied === null ? { chainOf: cap.id } : {}),
-      run: async (tx, now) => {
-        let decision: ApproveResult['decision'] = preDenied ?? deny('bad_token', 'no capability');
-        let remaining: { budgetRemaining: bigint | null; callsRemaining: number | null } = { budgetRemaining: null, callsRemaining: null };
-        if (cap !== null && preDenied === null) {
-          const invalid = checkValidity(cap, now.getTime());
-          const chain = invalid === null ? await tx.lockChain(tenantId, cap.id) : [];
-          if (invalid !== null) decision = invalid;
-          else if (chain[chain.length - 1]?.id !== cap.id) decision = deny('bad_token', 'the capability is not known to this authority');
-          else {
-            const d = evaluateApprove(cap, req, now.getTime(), chain);
-            decision = d;
-            if (d.decision === 'grant') {
-              await tx.charge(
-                chain.map((l) => l.id),
-                req.cost,
-              );
-              remaining = { budgetRemaining: d.budgetRemaining, callsRemaining: d.callsRemaining };
-            } else remaining = remainingOf(chain);
-          }
-        }
-        const auditId = newId('aud');
-        const result: ApproveResult = { decision, remaining, auditId, capabilityId: cap?.id ?? null };
-        return {
-          result,
-          // Stored on the idempotency record only; without a call_id nothing would read it.
-          ...(fence === null ? {} : { response: { status: 200, body: { ...approveBody(result), decided_at: now.toISOString() } } }),
-          audit: {
-            id: auditId,
-            event: 'approve',
-            decision: decision.decision,
-            reasonCode: decision.decision === 'deny' ? decision.code : null,
-            capabilityId: cap?.id ?? null,
-            parentId: cap?.parent ?? null,
-            trajectoryId: cap?.trajectory ?? null,
-            op: req.op,
-            target: req.target,
-            cost: req.cost,
-            callId,
-            detail: approveDetail(req, decision.decision === 'deny' ? decision.message : null),
-          },
-        };
-      },
-    };
-  }
-
-  private approveReply(r: ApproveResult): Reply {
-    return { status: 200, body: approveBody(r) };
+  approve(tenantId: string, body: ApproveBody, ctx: RequestContext = {}): Promise<Reply> {
+    return this.approver.approve(tenantId, body, ctx);
   }
 
   // ---- revoke ---------------------------------------------------------------------------------
@@ -495,7 +417,7 @@ export class Authority {
   // ---- idempotency and failure ----------------------------------------------------------------
 
   /** Runs `decide` under an idempotency key (when given): claim, decide, and settle on failure. */
-  private async idempotent<R>(
+  async idempotent<R>(
     k: Omit<IdemKey, 'key'> & { key: string | undefined },
     requestHash: string | undefined,
     decide: (fence: Fence | null) => Promise<R>,
@@ -541,7 +463,7 @@ export class Authority {
   }
 
   /** Submits a decision, its audit row recording who asked (key id and request id). */
-  private submitAs<R>(caller: CallerIds | undefined, unit: DecisionUnit<R>, deadline?: Deadline): Promise<R> {
+  submitAs<R>(caller: CallerIds | undefined, unit: DecisionUnit<R>, deadline?: Deadline): Promise<R> {
     return this.deps.writer.submit(caller === undefined ? unit : { ...unit, caller }, deadline);
   }
 
@@ -549,7 +471,7 @@ export class Authority {
    * Any store failure becomes 503: fail closed, saying whether the outcome is unknown. With a
    * deadline, the wait is bounded by it (for reads and claims, which decide nothing).
    */
-  private async guard<R>(f: () => Promise<R>, deadline?: Deadline): Promise<R> {
+  async guard<R>(f: () => Promise<R>, deadline?: Deadline): Promise<R> {
     try {
       return await (deadline === undefined ? f() : within(deadline, f()));
     } catch (e) {
@@ -561,24 +483,6 @@ export class Authority {
 
 interface IssueResult {
   readonly response: Reply;
-}
-
-interface ApproveResult {
-  readonly decision: Deny | { decision: 'grant' };
-  readonly remaining: { budgetRemaining: bigint | null; callsRemaining: number | null };
-  readonly auditId: string;
-  readonly capabilityId: string | null;
-}
-
-function approveBody(r: ApproveResult): Record<string, unknown> {
-  return {
-    decision: r.decision.decision,
-    reason: r.decision.decision === 'deny' ? { code: r.decision.code, message: r.decision.message } : null,
-    capability_id: r.capabilityId,
-    audit_id: r.auditId,
-    budget_remaining: r.remaining.budgetRemaining === null ? null : fromMicro(r.remaining.budgetRemaining),
-    calls_remaining: r.remaining.callsRemaining,
-  };
 }
 
 /** What the audit reads need beyond the store. */

@@ -70,4 +70,40 @@ describe('attenuation vectors', () => {
     const got = checkAttenuation(parent, { ...v.child, objects: objects(v.child.objects), predicate: predicate(v.child.predicate) }, Date.parse(v.now));
     expect(got.every((x) => typeof x.detail === 'string' && x.detail.length > 0)).toBe(true);
   });
+
+  // issue 16: two violations of one code are told apart by the field each names.
+  test.each(VECTORS.filter((v) => v.expected.length > 0).map((v) => [v.name, v] as const))('every violation names its request field: %s', (_name, v) => {
+    const parent = { ...v.parent, objects: objects(v.parent.objects), predicate: predicate(v.parent.predicate) } as CapabilityClaims as VerifiedCapability;
+    const got = checkAttenuation(parent, { ...v.child, objects: objects(v.child.objects), predicate: predicate(v.child.predicate) }, Date.parse(v.now));
+    const FIELD_OF: Record<string, RegExp> = {
+      rights: /^rights$/,
+      objects: /^objects\.\d+$/,
+      predicate: /^predicate\.(max_cost|budget|max_calls|max_depth|args)$/,
+      expiry: /^ttl_s$/,
+      parent: /^parent_token$/,
+    };
+    for (const x of got) expect(x.field, `${x.component}/${x.code}`).toMatch(FIELD_OF[x.component] ?? /^$/);
+    for (const x of got.filter((y) => y.component === 'objects')) expect(x.detail.startsWith(`${x.field} `)).toBe(true);
+    for (const x of got.filter((y) => y.component === 'predicate' || y.component === 'rights' || y.component === 'expiry')) {
+      expect(x.detail.startsWith(`${x.field}:`)).toBe(true);
+    }
+  });
+
+  test('the objects field is the index of the widened object', () => {
+    const v = VECTORS.find((x) => x.expected.filter((e) => e === 'objects/object_widened').length >= 1);
+    if (v === undefined) throw new Error('no vector with a widened object');
+    const parent = { ...v.parent, objects: objects(v.parent.objects), predicate: predicate(v.parent.predicate) } as CapabilityClaims as VerifiedCapability;
+    const childObjects = objects(v.child.objects);
+    const got = checkAttenuation(parent, { ...v.child, objects: childObjects, predicate: predicate(v.child.predicate) }, Date.parse(v.now));
+    for (const x of got.filter((y) => y.component === 'objects')) {
+      const i = Number(x.field.split('.')[1]);
+      expect(
+        checkAttenuation(
+          parent,
+          { ...v.child, objects: [childObjects[i] as CanonicalObject], predicate: predicate(v.child.predicate) },
+          Date.parse(v.now),
+        ).some((y) => y.code === 'object_widened'),
+      ).toBe(true);
+    }
+  });
 });

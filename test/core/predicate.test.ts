@@ -4,7 +4,7 @@
  * `args` bounds ("a bounded argument that is missing from the call fails its bound").
  */
 import { describe, expect, test } from 'vitest';
-import { canonicalPredicate, failedArgBound, lengthOf, predicateViolations } from '../../src/core/predicate.js';
+import { canonicalPredicate, failedArgBound, inheritPredicate, lengthOf, predicateViolations } from '../../src/core/predicate.js';
 import type { ArgBound, CanonicalPredicate, RawPredicate, Scalar } from '../../src/core/types.js';
 
 function pred(raw: RawPredicate): CanonicalPredicate {
@@ -123,6 +123,75 @@ describe('predicateViolations (child implies parent)', () => {
     const vs = predicateViolations(pred({}), pred({ max_cost: 1, max_depth: 0, args: [max('n', 1)] }));
     expect(vs.length).toBe(3);
     expect(vs.every((v) => v.component === 'predicate')).toBe(true);
+  });
+});
+
+describe('predicateViolations name their field (issue 16)', () => {
+  test.each<[string, RawPredicate, RawPredicate, string[]]>([
+    ['max_calls raised', { max_calls: 11 }, { max_calls: 10 }, ['predicate.max_calls']],
+    ['budget raised and max_calls raised', { budget: 2, max_calls: 11 }, { budget: 1, max_calls: 10 }, ['predicate.budget', 'predicate.max_calls']],
+    ['max_cost raised', { max_cost: 2 }, { max_cost: 1 }, ['predicate.max_cost']],
+    ['max_depth not lowered', { max_depth: 2 }, { max_depth: 2 }, ['predicate.max_depth']],
+    ['max_depth exhausted', { max_depth: 0 }, { max_depth: 0 }, ['predicate.max_depth']],
+    ['an args bound not implied', { args: [max('n', 11)] }, { args: [max('n', 10)] }, ['predicate.args']],
+    [
+      'every field at once',
+      { max_cost: 2, budget: 6, max_calls: 4, max_depth: 2, args: [max('n', 2)] },
+      { max_cost: 1, budget: 5, max_calls: 3, max_depth: 2, args: [max('n', 1)] },
+      ['predicate.max_cost', 'predicate.budget', 'predicate.max_calls', 'predicate.max_depth', 'predicate.args'],
+    ],
+  ])('%s', (_name, child, parent, fields) => {
+    const vs = predicateViolations(pred(child), pred(parent));
+    expect(vs.map((v) => v.field)).toEqual(fields);
+    // The detail names the field too, so the message alone tells two widened fields apart.
+    for (const v of vs) expect(v.detail.startsWith(`${v.field}:`)).toBe(true);
+  });
+
+  test('an args violation names the argument', () => {
+    const [v] = predicateViolations(pred({}), pred({ args: [oneOf('branch', ['main'])] }));
+    expect(v?.detail).toContain('branch');
+  });
+});
+
+describe('inheritPredicate: omitted fields take the parent bound (issue 16)', () => {
+  const parent: RawPredicate = { max_cost: 0.5, budget: 10, max_calls: 7, max_depth: 3, args: [max('n', 10)] };
+  test.each<[string, RawPredicate, RawPredicate, RawPredicate]>([
+    ['everything omitted: the parent bounds, max_depth one less', {}, parent, { max_cost: 0.5, budget: 10, max_calls: 7, max_depth: 2, args: [max('n', 10)] }],
+    [
+      'only max_calls omitted',
+      { max_cost: 0.1, budget: 1, max_depth: 0, args: [max('n', 1)] },
+      parent,
+      { max_cost: 0.1, budget: 1, max_calls: 7, max_depth: 0, args: [max('n', 1)] },
+    ],
+    ['a given tighter bound is kept', { max_calls: 2 }, parent, { max_cost: 0.5, budget: 10, max_calls: 2, max_depth: 2, args: [max('n', 10)] }],
+    [
+      'a given looser bound is kept (and refused later)',
+      { budget: 20 },
+      parent,
+      { max_cost: 0.5, budget: 20, max_calls: 7, max_depth: 2, args: [max('n', 10)] },
+    ],
+    [
+      'a given 0 is a bound, not an omission',
+      { max_calls: 0, budget: 0 },
+      parent,
+      { max_cost: 0.5, budget: 0, max_calls: 0, max_depth: 2, args: [max('n', 10)] },
+    ],
+    ['args given replace the list as a whole', { args: [min('m', 1)] }, parent, { max_cost: 0.5, budget: 10, max_calls: 7, max_depth: 2, args: [min('m', 1)] }],
+    ['an empty args list given is not an omission', { args: [] }, parent, { max_cost: 0.5, budget: 10, max_calls: 7, max_depth: 2 }],
+    ['an unbounded parent leaves omitted fields unbounded', { max_calls: 3 }, {}, { max_calls: 3 }],
+    ['a parent with max_depth 0 passes nothing on for max_depth', {}, { max_depth: 0, budget: 1 }, { budget: 1 }],
+  ])('%s', (_name, given, parentRaw, expected) => {
+    const effective = inheritPredicate(given, pred(given), pred(parentRaw));
+    expect(effective).toEqual(expected);
+    // Field order as canonicalPredicate writes it, so the token claims serialize alike.
+    expect(JSON.stringify(effective)).toBe(JSON.stringify(pred(expected)));
+  });
+
+  test('an omitted field never widens; a given looser one still does, naming it', () => {
+    expect(predicateViolations(inheritPredicate({}, pred({}), pred(parent)), pred(parent))).toEqual([]);
+    const given: RawPredicate = { max_calls: 8 };
+    const vs = predicateViolations(inheritPredicate(given, pred(given), pred(parent)), pred(parent));
+    expect(vs.map((v) => [v.code, v.field])).toEqual([['predicate_widened', 'predicate.max_calls']]);
   });
 });
 

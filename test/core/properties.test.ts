@@ -4,6 +4,7 @@
  * them (not before the moment they are cut) and, with many more near misses, per component;
  * (b) canonicalization is idempotent for every object and target kind; (c) a path object never
  * covers a target that leaves it after `..` resolution, judged by an independent oracle (node:path).
+ * (d) a predicate field a child omits takes its parent's bound and is never what widens it.
  */
 import { posix } from 'node:path';
 import fc from 'fast-check';
@@ -12,7 +13,7 @@ import { evaluateApprove, type ApproveRequest, type ChainLink } from '../../src/
 import { checkAttenuation, type ChildSpec } from '../../src/core/attenuate.js';
 import { toMicro } from '../../src/core/money.js';
 import { canonicalObject, canonicalTarget, isObjectWithin, isWithin } from '../../src/core/objects.js';
-import { canonicalPredicate, failedArgBound, predicateViolations } from '../../src/core/predicate.js';
+import { canonicalPredicate, failedArgBound, inheritPredicate, predicateViolations } from '../../src/core/predicate.js';
 import {
   RIGHTS,
   type ArgBound,
@@ -680,6 +681,31 @@ describe('(c) within never matches a path target that leaves the prefix', () => 
         fc.pre(!oracleWithin(path, prefix));
         const t = canonicalTarget({ kind: 'path', path });
         expect(t.ok && isWithin(t.value, mustObject({ kind: 'path', prefix }))).toBe(false);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});
+
+describe('(d) omitted predicate fields inherit the parent bound (issue 16)', () => {
+  const FIELDS = ['max_cost', 'budget', 'max_calls', 'max_depth', 'args'] as const;
+  test('an omitted field never widens and carries the parent bound; a given field is kept, and only it may be refused', () => {
+    const scenario = predicateArb.chain((parent) => fc.record({ parent: fc.constant(parent), child: narrowPredicate(parent), omit: fc.subarray([...FIELDS]) }));
+    fc.assert(
+      fc.property(scenario, ({ parent: rawParent, child, omit }) => {
+        const given = Object.fromEntries(Object.entries(child).filter(([k]) => !(omit as readonly string[]).includes(k))) as RawPredicate;
+        const parent = mustPredicate(rawParent);
+        const asGiven = mustPredicate(given);
+        const effective = inheritPredicate(given, asGiven, parent);
+        for (const f of FIELDS) {
+          if (given[f] !== undefined) expect(effective[f], f).toEqual(asGiven[f]);
+          else if (f !== 'max_depth') expect(effective[f], f).toEqual(parent[f]);
+          else expect(effective.max_depth).toEqual(parent.max_depth === undefined || parent.max_depth === 0 ? undefined : parent.max_depth - 1);
+        }
+        for (const v of predicateViolations(effective, parent)) {
+          if (v.code === 'depth_exhausted') continue;
+          expect(given[v.field.replace('predicate.', '') as (typeof FIELDS)[number]], v.field).toBeDefined();
+        }
       }),
       { numRuns: 2000 },
     );

@@ -1,7 +1,9 @@
 /**
  * Model-based test of the whole HTTP API: random sequences of mint, attenuate, approve and revoke
  * run against the service and against a small in-test model of API.md; every response and, at the
- * end of each run, every stored capability's spent/calls/status must match the model.
+ * end of each run, every stored capability's spent/calls/status must match the model. Children
+ * sometimes omit predicate fields (inherited from the parent) and approvals are sometimes dry runs
+ * (decided, never charged), as issue 16 asks.
  */
 import fc from 'fast-check';
 import { posix } from 'node:path';
@@ -49,6 +51,8 @@ const attenuateCmd = fc.record({
   budget: optionalSmall,
   maxCalls: optionalSmall,
   widen: fc.constantFrom(null, null, null, null, 'rights', 'objects', 'predicate'),
+  // Predicate fields the request leaves out, which the child inherits (issue 16).
+  omit: fc.constantFrom('none', 'none', 'budget', 'max_calls', 'max_depth', 'all'),
 });
 const approveCmd = fc.record({
   t: fc.constant('approve' as const),
@@ -58,6 +62,8 @@ const approveCmd = fc.record({
   held: fc.constantFrom(true, true, true, false),
   where: fc.constantFrom('in', 'in', 'in', 'in-dotdot', 'out', 'out-dotdot'),
   cost: fc.constantFrom(0, 0.5, 1, 2),
+  // A dry run (issue 16): the same decision, nothing charged.
+  dry: fc.constantFrom(false, false, false, true),
 });
 const revokeCmd = fc.record({ t: fc.constant('revoke' as const), pick: fc.nat() });
 const command = fc.oneof(
@@ -169,9 +175,14 @@ describe.each(BACKENDS)('model-based HTTP API on %s', (backend) => {
           // A parent with max_depth 0 reports depth_exhausted instead of a widened max_depth.
           if (cap.budget !== null || cap.maxCalls !== null || cap.maxDepth > 0) expected.add('predicate_widened');
         }
-        const predicate: Record<string, number> = { max_depth: maxDepth };
-        if (budget !== null) predicate.budget = budget / MICRO;
-        if (maxCalls !== null) predicate.max_calls = maxCalls;
+        // An omitted field takes the parent's bound (max_depth: one less, as above); a widened one is always sent.
+        const omitted = new Set(cmd.widen === 'predicate' || cmd.omit === 'none' ? [] : cmd.omit === 'all' ? ['budget', 'max_calls', 'max_depth'] : [cmd.omit]);
+        if (omitted.has('budget')) budget = cap.budget;
+        if (omitted.has('max_calls')) maxCalls = cap.maxCalls;
+        const predicate: Record<string, number> = {};
+        if (!omitted.has('max_depth')) predicate.max_depth = maxDepth;
+        if (budget !== null && !omitted.has('budget')) predicate.budget = budget / MICRO;
+        if (maxCalls !== null && !omitted.has('max_calls')) predicate.max_calls = maxCalls;
         const res = await call('POST', '/v1/attenuate', {
           parent_token: cap.token,
           rights,
@@ -219,18 +230,27 @@ describe.each(BACKENDS)('model-based HTTP API on %s', (backend) => {
         else if (!within(posix.normalize(path), cap.prefix)) code = 'object_outside';
         else if (chain.some((c) => c.budget !== null && c.spent + cost > c.budget)) code = 'budget_exhausted';
         else if (chain.some((c) => c.maxCalls !== null && c.calls + 1 > c.maxCalls)) code = 'calls_exhausted';
-        const res = await call('POST', '/v1/approve', { token: cap.token, op, target: { kind: 'path', path }, cost: cmd.cost });
+        const res = await call('POST', '/v1/approve', {
+          token: cap.token,
+          op,
+          target: { kind: 'path', path },
+          cost: cmd.cost,
+          ...(cmd.dry ? { dry_run: true } : {}),
+        });
         expect(res.status, where).toBe(200);
+        expect(res.body.dry_run ?? false, where).toBe(cmd.dry);
         expect(res.body.decision, where).toBe(code === null ? 'grant' : 'deny');
         expect(res.body.reason?.code ?? null, where).toBe(code);
-        if (code === null) {
+        if (code === null && !cmd.dry) {
           for (const c of chain) {
             c.spent += cost;
             c.calls += 1;
           }
         }
-        const budgets = chain.filter((c) => c.budget !== null).map((c) => Math.max(0, c.budget! - c.spent));
-        const callsLeft = chain.filter((c) => c.maxCalls !== null).map((c) => Math.max(0, c.maxCalls! - c.calls));
+        // A dry-run grant answers what would remain after the call, which the model was not charged.
+        const [wouldSpend, wouldCall] = code === null && cmd.dry ? [cost, 1] : [0, 0];
+        const budgets = chain.filter((c) => c.budget !== null).map((c) => Math.max(0, c.budget! - c.spent - wouldSpend));
+        const callsLeft = chain.filter((c) => c.maxCalls !== null).map((c) => Math.max(0, c.maxCalls! - c.calls - wouldCall));
         if (code === null || code === 'budget_exhausted' || code === 'calls_exhausted') {
           expect(res.body.budget_remaining, where).toBe(budgets.length === 0 ? null : money(Math.min(...budgets)));
           expect(res.body.calls_remaining, where).toBe(callsLeft.length === 0 ? null : Math.min(...callsLeft));
