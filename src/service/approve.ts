@@ -1,5 +1,5 @@
 /**
- * The approve use case (API.md "POST /v1/approve"): a call is decided against the verified token
+ * The approve use case (docs/api.md "POST /v1/approve"): a call is decided against the verified token
  * and the stored state of its chain, under its `call_id` when given, and answered only once its
  * audit row has committed. Moved out of authority.ts (STYLE: rooms that stay small).
  */
