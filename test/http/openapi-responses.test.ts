@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Validator } from '@seriousme/openapi-schema-validator';
+import { sql } from 'drizzle-orm';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import openapiTS, { astToString } from 'openapi-typescript';
@@ -438,6 +439,10 @@ describe('GET /openapi.json, response side', () => {
       expect((await call('/v1/audit/{id}/receipt', 'GET', `/v1/audit/${approveRow}/receipt`)).status).toBe(200);
       expect((await call('/v1/audit/{id}/receipt', 'GET', '/v1/audit/aud_unknown/receipt')).status).toBe(404);
       expect((await call('/v1/audit/verify', 'GET', '/v1/audit/verify')).body.checkpoint).not.toBeNull();
+      // An edited row: the report of a failed check is documented too.
+      await h.database.db.execute(sql`UPDATE audit SET detail = '{}'::jsonb WHERE id = ${approveRow}`);
+      const failed = await call('/v1/audit/verify', 'GET', '/v1/audit/verify');
+      expect(failed.body.ok).toBe(false);
       expect(problems).toEqual([]);
     });
 
