@@ -1,5 +1,5 @@
 /**
- * A typed client of the Warrant HTTP API (API.md) for runtimes, subagent spawners and sandbox
+ * A typed client of the Warrant HTTP API (docs/api.md) for runtimes, subagent spawners and sandbox
  * drivers, on anything with `fetch` (Node, Workers, browsers). Request types are the server's own
  * zod schemas; every error answer becomes a `WarrantError` with its stable `code`. Tokens can also
  * be checked offline against the authority's `/.well-known/jwks.json` (signature and expiry only:
@@ -86,7 +86,7 @@ export type AuditVerification =
 
 export type { Receipt, ReceiptCheck };
 
-/** An error answer of the authority (API.md "Errors"), or `network` when none came. */
+/** An error answer of the authority (docs/api.md "Errors"), or `network` when none came. */
 export class WarrantError extends Error {
   constructor(
     readonly status: number,

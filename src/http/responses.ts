@@ -6,51 +6,16 @@
  */
 import { z } from '@hono/zod-openapi';
 import { Id, ObjectRef, Predicate, Right, TargetRef, TrajectoryId } from '../core/schemas.js';
-import type { DenyCode as DenyCodeName, Violation, ViolationCode as ViolationCodeName } from '../core/types.js';
+import { DENY_CODES, VIOLATION_CODES, VIOLATION_COMPONENTS } from '../core/types.js';
 import { ROLES } from '../service/keys.js';
 import { EXAMPLES } from './examples.js';
-
-// Each list is the keys of a record typed by its union, so the compiler refuses a list that misses
-// or invents a code: the document's enums follow src/core/types.ts.
-const DENY_CODE_SET: Record<DenyCodeName, true> = {
-  bad_token: true,
-  unknown_key: true,
-  tenant_mismatch: true,
-  expired: true,
-  not_yet_valid: true,
-  revoked: true,
-  right_missing: true,
-  object_outside: true,
-  cost_exceeds_max: true,
-  budget_exhausted: true,
-  calls_exhausted: true,
-  arg_violates_bound: true,
-};
-const VIOLATION_CODE_SET: Record<ViolationCodeName, true> = {
-  right_widened: true,
-  object_widened: true,
-  predicate_widened: true,
-  depth_exhausted: true,
-  expiry_extended: true,
-  parent_invalid: true,
-  parent_expired: true,
-  parent_revoked: true,
-  trajectory_unrelated: true,
-};
-const COMPONENT_SET: Record<Violation['component'], true> = { rights: true, objects: true, predicate: true, expiry: true, parent: true, trajectory: true };
-const keysOf = <K extends string>(set: Record<K, true>): [K, ...K[]] => Object.keys(set) as [K, ...K[]];
-
-/** API.md deny codes of approve. */
-export const DENY_CODES = keysOf(DENY_CODE_SET);
-/** API.md violation codes of a refused attenuation. */
-export const VIOLATION_CODES = keysOf(VIOLATION_CODE_SET);
 
 const DateTime = z.string().datetime({ offset: true }).openapi({ example: '2026-12-03T08:17:27Z' });
 const Hex = z.string().regex(/^[0-9a-f]{64}$/);
 const Jws = z.string().regex(/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/);
 const Count = z.int().min(0);
 
-export const DenyCode = z.enum(DENY_CODES).openapi('DenyCode', { description: 'Why approve denied a call (API.md).' });
+export const DenyCode = z.enum(DENY_CODES).openapi('DenyCode', { description: 'Why approve denied a call (docs/api.md "Deny codes").' });
 export const ViolationCode = z.enum(VIOLATION_CODES).openapi('ViolationCode', { description: 'What a refused attenuation would have widened.' });
 const Role = z.enum(ROLES).openapi('Role');
 
@@ -138,6 +103,22 @@ export const AuditPage = z
   })
   .openapi('AuditPage');
 
+export const TrajectoryList = z
+  .object({
+    trajectories: z.array(
+      z.object({
+        root_trajectory_id: TrajectoryId,
+        first_at: DateTime,
+        last_at: DateTime,
+        grants: Count,
+        denials: Count,
+        calls: Count,
+        spent: z.number().min(0),
+      }),
+    ),
+  })
+  .openapi('TrajectoryList');
+
 const Checkpoint = z.object({ n: z.int().min(1), size: Count, root: Hex, at: DateTime });
 const VerifyOk = z
   .object({ ok: z.literal(true), entries: Count, trees: Count, checkpoint: Checkpoint.nullable(), uncovered: Count, covered: Count })
@@ -214,7 +195,7 @@ const ERROR_KINDS = {
   unauthorized: errorKind('Unauthorized', ['unauthorized']),
   forbidden: errorKind('Forbidden', ['forbidden'], { required_roles: z.array(Role) }),
   attenuation_refused: errorKind('AttenuationRefused', ['attenuation_refused'], {
-    violations: z.array(z.object({ component: z.enum(keysOf(COMPONENT_SET)), code: ViolationCode, detail: z.string() })).min(1),
+    violations: z.array(z.object({ component: z.enum(VIOLATION_COMPONENTS), code: ViolationCode, detail: z.string() })).min(1),
   }),
   not_found: errorKind('NotFound', ['not_found']),
   idempotency: errorKind('IdempotencyConflict', ['idempotency_conflict', 'in_flight']),
@@ -283,6 +264,7 @@ export const RESPONSES = {
   revoke: { 200: ok(RevokeResponse, 'the ids revoked', EXAMPLES.revoked), ...errors({ ...POST, 404: ['not_found'] }) },
   get: { 200: ok(CapabilityView, 'the capability', EXAMPLES.capability), ...errors({ ...PARAM, 404: ['not_found'] }) },
   audit: { 200: ok(AuditPage, 'entries and the next cursor', EXAMPLES.auditPage), ...errors(PARAM) },
+  trajectories: { 200: ok(TrajectoryList, 'the trees, most recently active first', EXAMPLES.trajectories), ...errors(PARAM) },
   verify: { 200: ok(VerifyResponse, 'ok with the coverage, or the first bad row or checkpoint', EXAMPLES.verified), ...errors(V1) },
   receipt: { 200: ok(Receipt, 'the receipt', EXAMPLES.receipt), ...errors({ ...PARAM, 404: ['not_found'], 409: ['not_yet_covered'] }) },
   createKey: { 201: ok(CreatedApiKey, 'the key, with its secret this once', EXAMPLES.createdKey), ...errors(POST) },

@@ -21,7 +21,7 @@ type Json = Record<string, unknown>;
 const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 const METHODS = ['get', 'put', 'post', 'delete', 'patch'] as const;
 
-/** API.md: the deny codes of approve and the violation codes of attenuate. */
+/** The team's contract: the deny codes of approve and the violation codes of attenuate (as a set; the core lists them in precedence order). */
 const API_DENY_CODES = [
   'bad_token',
   'unknown_key',
@@ -47,7 +47,7 @@ const API_VIOLATION_CODES = [
   'parent_revoked',
   'trajectory_unrelated',
 ];
-/** API.md "Errors" (and issue 14's `forbidden`, the receipt's `not_yet_covered`): the codes each status may carry. */
+/** The contract's "Errors" (and issue 14's `forbidden`, the receipt's `not_yet_covered`): the codes each status may carry. */
 const CODES_BY_STATUS: Record<string, string[]> = {
   400: ['invalid_request'],
   401: ['unauthorized'],
@@ -311,10 +311,10 @@ describe('GET /openapi.json, response side', () => {
     expect(operations(doc).length).toBeGreaterThanOrEqual(16);
   });
 
-  test('deny and violation codes are the enums API.md lists', () => {
+  test('deny and violation codes are the enums the contract lists', () => {
     const schemas = (doc.components as Json).schemas as Record<string, Json>;
-    expect(schemas.DenyCode?.enum).toEqual(API_DENY_CODES);
-    expect(schemas.ViolationCode?.enum).toEqual(API_VIOLATION_CODES);
+    expect([...(schemas.DenyCode?.enum as string[])].sort()).toEqual([...API_DENY_CODES].sort());
+    expect([...(schemas.ViolationCode?.enum as string[])].sort()).toEqual([...API_VIOLATION_CODES].sort());
     const deny = resolve(doc, schemas.Deny);
     expect(resolve(doc, (resolve(doc, (deny?.properties as Json).reason)?.properties as Json).code)).toEqual(schemas.DenyCode);
   });
@@ -429,6 +429,9 @@ describe('GET /openapi.json, response side', () => {
       expect(all.body.entries.some((e: Json) => e.reason_code === 'forbidden')).toBe(true);
       expect((await call('/v1/audit', 'GET', '/v1/audit?limit=2')).body.next).not.toBeNull();
       expect((await call('/v1/audit', 'GET', '/v1/audit?limit=0')).status).toBe(400);
+      const trees = await call('/v1/audit/trajectories', 'GET', '/v1/audit/trajectories');
+      expect(trees.body.trajectories.length).toBeGreaterThan(0);
+      expect((await call('/v1/audit/trajectories', 'GET', '/v1/audit/trajectories?limit=0')).status).toBe(400);
       expect((await call('/v1/audit/verify', 'GET', '/v1/audit/verify')).body.ok).toBe(true);
       const id = all.body.entries[0].id as string;
       const early = await call('/v1/audit/{id}/receipt', 'GET', `/v1/audit/${id}/receipt`);
