@@ -3,7 +3,7 @@
  * the OpenAPI document generated from the same zod schemas that validate. Built by `createApp`
  * from injected store, writer, keys and clock: no globals, so it runs on Node and Workers alike.
  */
-import { OpenAPIHono, createRoute, z } from '@hono/zod-openapi';
+import { OpenAPIHono, createRoute, z, type RouteConfig } from '@hono/zod-openapi';
 import type { Context, MiddlewareHandler, Next } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
@@ -26,6 +26,8 @@ import type { Metrics } from './metrics.js';
 import { addDocs, type DocsAssets } from './docs.js';
 import { addUi } from './ui.js';
 import { DEFAULT_TRAJECTORIES, MAX_TRAJECTORIES, trajectoriesReply } from '../service/trajectories.js';
+import { keylessRoutes, RESPONSES } from './responses.js';
+import { EXAMPLES } from './examples.js';
 
 export interface AppDeps {
   readonly store: Store;
@@ -69,13 +71,8 @@ function fieldErrors(error: ZodError, prefix: string): FieldError[] {
   return out;
 }
 
-const ErrorBody = z.object({ error: z.object({ code: z.string(), message: z.string() }).passthrough() });
-const errors = (...statuses: number[]) =>
-  Object.fromEntries(statuses.map((s) => [s, { description: `error ${s}`, content: { 'application/json': { schema: ErrorBody } } }]));
-const json = (schema: z.ZodType, description: string) => ({ description, content: { 'application/json': { schema } } });
-const Any = z.record(z.string(), z.unknown());
 const IdemHeaders = z.object({ 'idempotency-key': z.string().min(1).max(128).optional() });
-const body = <T extends z.ZodType>(schema: T) => ({ required: true as const, content: { 'application/json': { schema } } });
+const body = <T extends z.ZodType>(schema: T, example: unknown) => ({ required: true as const, content: { 'application/json': { schema, example } } });
 
 const AuditQuery = z.strictObject({
   trajectory_id: TrajectoryId.optional(),
@@ -92,14 +89,16 @@ const routes = {
   mint: createRoute({
     method: 'post',
     path: '/v1/capabilities',
+    operationId: 'mintCapability',
     tags: ['capabilities'],
     summary: 'Mint a root capability',
-    request: { headers: IdemHeaders, body: body(MintBody) },
-    responses: { 201: json(Any, 'the capability and its token'), ...errors(400, 401, 409, 413, 415, 503) },
+    request: { headers: IdemHeaders, body: body(MintBody, EXAMPLES.mint) },
+    responses: RESPONSES.mint,
   }),
   attenuate: createRoute({
     method: 'post',
     path: '/v1/attenuate',
+    operationId: 'attenuateCapability',
     tags: ['capabilities'],
     summary: 'Issue a child capability',
     // issue 16: inherited limits, violations naming their field
@@ -107,12 +106,13 @@ const routes = {
       "Each predicate field the request omits takes the parent's bound (`max_depth`: one less than the parent's; `args`: the parent's list, when omitted as a whole), " +
       "as an omitted `ttl_s` takes the parent's remaining lifetime; the answer and the token carry the effective bounds. A field given looser than the parent's is refused: " +
       '403 `attenuation_refused` lists every violation with its `component`, `code`, the request `field` at fault (`predicate.max_calls`, `objects.1`, `ttl_s`, `parent_token`) and a `detail` naming it.',
-    request: { headers: IdemHeaders, body: body(AttenuateBody) },
-    responses: { 201: json(Any, 'the child capability and its token'), ...errors(400, 401, 403, 409, 413, 415, 503) },
+    request: { headers: IdemHeaders, body: body(AttenuateBody, EXAMPLES.attenuate) },
+    responses: RESPONSES.attenuate,
   }),
   approve: createRoute({
     method: 'post',
     path: '/v1/approve',
+    operationId: 'approve',
     tags: ['decisions'],
     summary: 'May this call run?',
     description:
@@ -122,82 +122,91 @@ const routes = {
       // issue 16: dry runs
       'With `"dry_run": true` the call is decided and audited (its row\'s detail marked `dry_run`) but nothing is charged and its `call_id` is not claimed; ' +
       'the answer, marked `"dry_run": true`, gives the budget and calls that would remain after it.',
-    request: { body: body(ApproveBody) },
-    responses: { 200: json(Any, 'grant or deny, with its audit id'), ...errors(400, 401, 409, 413, 415, 503) },
+    request: { body: body(ApproveBody, EXAMPLES.approve) },
+    responses: RESPONSES.approve,
   }),
   revoke: createRoute({
     method: 'post',
     path: '/v1/revoke',
+    operationId: 'revokeCapability',
     tags: ['capabilities'],
     summary: 'Revoke a capability and its descendants',
-    request: { body: body(RevokeBody) },
-    responses: { 200: json(Any, 'the ids revoked'), ...errors(400, 401, 404, 413, 415, 503) },
+    request: { body: body(RevokeBody, EXAMPLES.revoke) },
+    responses: RESPONSES.revoke,
   }),
   get: createRoute({
     method: 'get',
     path: '/v1/capabilities/{id}',
+    operationId: 'getCapability',
     tags: ['capabilities'],
     summary: 'A stored capability',
     request: { params: z.strictObject({ id: Id }) },
-    responses: { 200: json(Any, 'the capability'), ...errors(400, 401, 404, 503) },
+    responses: RESPONSES.get,
   }),
   audit: createRoute({
     method: 'get',
     path: '/v1/audit',
+    operationId: 'listAudit',
     tags: ['audit'],
     summary: 'Audit entries, oldest first',
     request: { query: AuditQuery },
-    responses: { 200: json(Any, 'entries and the next cursor'), ...errors(400, 401, 503) },
+    responses: RESPONSES.audit,
   }),
   createKey: createRoute({
     method: 'post',
     path: '/v1/api-keys',
+    operationId: 'createApiKey',
     tags: ['api keys'],
     summary: 'Create an API key of the tenant (admin)',
     description: 'The key is in `api_key`, shown only in this answer; only its hash is stored.',
-    request: { body: body(CreateKeyBody) },
-    responses: { 201: json(Any, 'the key, with its secret this once'), ...errors(400, 401, 403, 413, 415, 503) },
+    request: { body: body(CreateKeyBody, EXAMPLES.createKey) },
+    responses: RESPONSES.createKey,
   }),
   listKeys: createRoute({
     method: 'get',
     path: '/v1/api-keys',
+    operationId: 'listApiKeys',
     tags: ['api keys'],
     summary: "The tenant's API keys, without secrets (admin)",
-    responses: { 200: json(Any, 'the keys'), ...errors(401, 403, 503) },
+    responses: RESPONSES.listKeys,
   }),
   revokeKey: createRoute({
     method: 'delete',
     path: '/v1/api-keys/{id}',
+    operationId: 'revokeApiKey',
     tags: ['api keys'],
     summary: 'Revoke an API key (admin)',
     description: `Refused at once by this instance; other instances may accept it for up to ${KEY_CACHE_TTL_MS / 1000} s (their key cache).`,
     request: { params: z.strictObject({ id: KeyId }) },
-    responses: { 200: json(Any, 'the revoked key'), ...errors(400, 401, 403, 404, 503) },
+    responses: RESPONSES.revokeKey,
   }),
   // ---- issue 16, the operator's page: recent trajectories ----
   trajectories: createRoute({
     method: 'get',
     path: '/v1/audit/trajectories',
+    operationId: 'listTrajectories',
     tags: ['audit'],
     summary: 'Recently active delegation trees, with their grants, denials, calls and spend',
     request: { query: z.strictObject({ limit: z.coerce.number().int().min(1).max(MAX_TRAJECTORIES).optional() }) },
-    responses: { 200: json(Any, 'the trees, most recently active first'), ...errors(400, 401, 403, 503) },
+    responses: RESPONSES.trajectories,
   }),
   // ---- end issue 16 ----
   verify: createRoute({
     method: 'get',
     path: '/v1/audit/verify',
+    operationId: 'verifyAudit',
     tags: ['audit'],
     summary: "Check the tenant's audit rows, chains and signed checkpoints",
-    responses: { 200: json(Any, 'ok with the coverage, or the first bad row or checkpoint'), ...errors(401, 503) },
+    responses: RESPONSES.verify,
   }),
   receipt: createRoute({
     method: 'get',
     path: '/v1/audit/{id}/receipt',
+    operationId: 'getAuditReceipt',
     tags: ['audit'],
     summary: 'An audit entry with the proof that a signed checkpoint includes it',
     request: { params: z.strictObject({ id: Id }) },
-    responses: { 200: json(Any, 'the receipt'), ...errors(400, 401, 404, 409, 503) },
+    responses: RESPONSES.receipt,
   }),
 };
 
@@ -486,22 +495,8 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   });
   app.openAPIRegistry.registerComponent('securitySchemes', 'tenantKey', { type: 'http', scheme: 'bearer' });
   // The keyless routes are plain handlers above; listed here so the document covers every route of docs/api.md.
-  const keyless: [string, string, number[]][] = [
-    ['/.well-known/jwks.json', 'Public verification keys (JWKS)', []],
-    [AUDIT_KEYS_PATH, 'Audit checkpoint public keys (JWKS)', []],
-    ['/openapi.json', 'This document', []],
-    ['/healthz', 'Liveness', []],
-    ['/readyz', 'Readiness: 503 while decisions cannot commit (database unreachable, stalled or read-only); answers within 1 s', [503]],
-  ];
-  for (const [path, summary, failures] of keyless) {
-    app.openAPIRegistry.registerPath({
-      method: 'get',
-      path,
-      tags: ['public'],
-      summary,
-      security: [],
-      responses: { 200: json(Any, summary), ...errors(...failures) },
-    });
+  for (const route of keylessRoutes(AUDIT_KEYS_PATH)) {
+    app.openAPIRegistry.registerPath({ method: 'get', tags: ['public'], security: [], ...route } as RouteConfig);
   }
   app.doc31('/openapi.json', {
     openapi: '3.1.0',
