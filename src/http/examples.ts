@@ -164,8 +164,8 @@ export const EXAMPLES = {
     forbidden: { code: 'forbidden', message: 'this API key lacks the role this call needs: one of driver, admin', required_roles: ['driver', 'admin'] },
     attenuation_refused: {
       code: 'attenuation_refused',
-      message: 'the child would hold more than its parent: right_widened',
-      violations: [{ component: 'rights', code: 'right_widened', detail: 'right write is not held by the parent' }],
+      message: 'the child would hold more than its parent: right_widened (rights)',
+      violations: [{ component: 'rights', code: 'right_widened', field: 'rights', detail: 'rights: write is not held by the parent' }],
     },
     not_found: { code: 'not_found', message: 'no such capability' },
     idempotency: { code: 'idempotency_conflict', message: 'this idempotency key was used with a different request' },
