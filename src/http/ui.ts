@@ -268,7 +268,7 @@ function renderAudit() {
   const d = $('#f-decision').value, ev = $('#f-event').value, text = $('#f-text').value.toLowerCase();
   const rows = entries.filter((e) => (!d || e.decision === d) && (!ev || e.event === ev) && (!text || JSON.stringify(e).toLowerCase().includes(text)));
   $('#audit tbody').replaceChildren(...rows.slice(-SHOWN_ROWS).reverse().map((e) => el('tr', { className: e.decision },
-    ...[e.pos, e.at, e.trajectory_id ?? '', e.event, e.decision, e.reason_code ?? '', e.decision === 'deny' ? denyMessage(e) : '', e.capability_id ?? '', describe(e.target), e.cost === null ? '' : e.cost]
+    ...[e.pos, e.at, e.trajectory_id ?? '', e.event, e.detail && e.detail.dry_run === true ? e.decision + ' (dry run)' : e.decision, e.reason_code ?? '', e.decision === 'deny' ? denyMessage(e) : '', e.capability_id ?? '', describe(e.target), e.cost === null ? '' : e.cost]
       .map((v) => el('td', { textContent: String(v) })))));
 }
 

@@ -45,14 +45,16 @@ export async function recentTrajectories(db: Db, tenantId: string, limit: number
     .limit(limit);
   const roots = recent.map((r) => r.root).filter((r): r is string => r !== null);
   if (roots.length === 0) return [];
-  const isApproveGrant = sql`${audit.event} = 'approve' and ${audit.decision} = 'grant'`;
+  // A dry run (approve with dry_run) decided nothing that happened: counted neither as a decision nor as a charge.
+  const real = sql`(${audit.detail}->>'dry_run') is null`;
+  const isApproveGrant = sql`${audit.event} = 'approve' and ${audit.decision} = 'grant' and ${real}`;
   const counts = await db
     .select({
       root: audit.rootTrajectoryId,
       firstAt: min(audit.at),
       lastAt: max(audit.at),
-      grants: sql<number>`count(*) filter (where ${audit.decision} = 'grant')`.mapWith(Number),
-      denials: sql<number>`count(*) filter (where ${audit.decision} = 'deny')`.mapWith(Number),
+      grants: sql<number>`count(*) filter (where ${audit.decision} = 'grant' and ${real})`.mapWith(Number),
+      denials: sql<number>`count(*) filter (where ${audit.decision} = 'deny' and ${real})`.mapWith(Number),
       calls: sql<number>`count(*) filter (where ${isApproveGrant})`.mapWith(Number),
       spent: sql<string>`coalesce(sum(${audit.cost}) filter (where ${isApproveGrant}), 0)::text`,
     })

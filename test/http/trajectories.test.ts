@@ -32,6 +32,11 @@ describe.each(BACKENDS)('recent trajectories on %s', (backend) => {
     h.clock.advance(5);
     const b = (await h.call('POST', '/v1/capabilities', mintBody({ trajectory_id: 'tr-b', objects: [{ kind: 'path', prefix: '/w/b' }] }))).body;
     expect((await approve(b.token, '/w/b/z', 1.5)).body.decision).toBe('grant');
+    // Dry runs are audited but decide nothing that happened: they count neither as decisions nor as spend.
+    const dry = (path: string, cost: number) =>
+      h.call('POST', '/v1/approve', { token: b.token, op: 'read', target: { kind: 'path', path }, cost, dry_run: true });
+    expect((await dry('/w/b/z', 2)).body).toMatchObject({ decision: 'grant', dry_run: true });
+    expect((await dry('/etc/passwd', 0)).body).toMatchObject({ decision: 'deny', dry_run: true });
     h.clock.advance(5);
     // tr-a acts last, so it is the most recently active tree
     expect((await approve(child.token, '/w/a/src/z', 0.125)).body.decision).toBe('grant');
