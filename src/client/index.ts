@@ -9,8 +9,7 @@ import { compactVerify, createLocalJWKSet, createRemoteJWKSet, type JSONWebKeySe
 import type { z } from 'zod';
 import type { ApproveBody, AttenuateBody, MintBody, RevokeBody } from '../core/schemas.js';
 import type { ArgBound, Right, RawObject, RawPredicate, RawTarget } from '../core/types.js';
-import { importAuditKeys } from '../audit/checkpoint.js';
-import { verifyReceipt as verifyWithKeys, type Receipt, type ReceiptCheck } from '../audit/receipt.js';
+import type { Receipt, ReceiptCheck } from '../audit/receipt.js';
 
 export type MintRequest = z.input<typeof MintBody>;
 export type AttenuateRequest = z.input<typeof AttenuateBody>;
@@ -164,7 +163,7 @@ export class WarrantClient {
     try {
       res = await this.doFetch(`${this.base}${path}`, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
     } catch (e) {
-      throw new WarrantError(0, 'network', `the authority could not be reached: ${e instanceof Error ? e.message : String(e)}`);
+      throw new WarrantError(0, 'network', `the authority at ${this.base} could not be reached (${networkCause(e)})`);
     }
     const json = (await res.json().catch(() => null)) as unknown;
     if (res.ok) return json as T;
@@ -172,6 +171,14 @@ export class WarrantClient {
     const { code, message, ...details } = (error ?? {}) as Record<string, unknown>;
     throw new WarrantError(res.status, typeof code === 'string' ? code : 'unknown', typeof message === 'string' ? message : `HTTP ${res.status}`, details);
   }
+}
+
+/** Why a fetch failed in the socket's words (ECONNREFUSED, ENOTFOUND, …): undici only says "fetch failed". */
+function networkCause(e: unknown): string {
+  const cause = (e as { cause?: { code?: unknown; message?: unknown } } | null)?.cause;
+  if (typeof cause?.code === 'string') return cause.code;
+  if (typeof cause?.message === 'string') return cause.message;
+  return e instanceof Error ? e.message : String(e);
 }
 
 /** Claims of a token whose signature verified offline. */
@@ -237,6 +244,9 @@ export async function verifyOffline(token: string, jwks: URL | JSONWebKeySet, no
  * checkpoint is signed by an audit key, and the inclusion proof leads from the row to its root.
  */
 export async function verifyReceipt(receipt: unknown, auditKeys: URL | JSONWebKeySet): Promise<ReceiptCheck> {
+  // Loaded on first use: the receipt code brings zod and the hashing libraries, which a client that
+  // only mints and approves (or the CLI, once per call) need not load.
+  const [{ importAuditKeys }, { verifyReceipt: verifyWithKeys }] = await Promise.all([import('../audit/checkpoint.js'), import('../audit/receipt.js')]);
   const set = auditKeys instanceof URL ? ((await (await fetch(auditKeys)).json()) as unknown) : auditKeys;
   return verifyWithKeys(receipt, await importAuditKeys(set));
 }
