@@ -5,16 +5,10 @@
  * hundred tokens (roots and children, most with budgets), a mix of grants and denials.
  * Prints req/s and p50/p99 per target and, last, `approve/bare ratio: X.XX`.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
-import { join } from 'node:path';
-import autocannon from 'autocannon';
+import { availableParallelism } from 'node:os';
 import postgres from 'postgres';
-import { openDatabase } from '../src/node/db.js';
-import { createTenant } from '../src/service/tenants.js';
-import { Store } from '../src/store/store.js';
-import { fmtSplit, sample, split, type CpuSplit } from './cpu.js';
+import { fmtSplit, type CpuSplit } from './cpu.js';
+import { load as loadRound, population, startServers, type Figures, type Server } from './harness.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
@@ -24,121 +18,8 @@ const databaseUrl = process.env.DATABASE_URL?.trim() || undefined;
 /** Warrant processes behind the port (start:cluster); more than one needs DATABASE_URL. */
 const PROCESSES = Number(process.env.BENCH_PROCESSES ?? 1);
 
-interface Server {
-  readonly url: string;
-  readonly child: ChildProcess;
-}
-
-function start(script: string, env: Record<string, string>): Promise<Server> {
-  const flags =
-    (script.includes('main') || script.includes('cluster')) && process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [];
-  const child = spawn(process.execPath, [...flags, '--import', 'tsx', script], {
-    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  return new Promise((resolve, reject) => {
-    let buf = '';
-    const onData = (d: Buffer): void => {
-      buf += d.toString();
-      const m = /listening on (http:\/\/[^"\s]+)/.exec(buf);
-      if (m === null) return;
-      // From here on the server's log (a line per request) is drained unread.
-      child.stdout.off('data', onData);
-      child.stdout.resume();
-      resolve({ url: m[1] as string, child });
-    };
-    child.stdout.on('data', onData);
-    child.on('exit', (code) => reject(new Error(`${script} exited with ${code}`)));
-  });
-}
-
-async function stop(s: Server): Promise<void> {
-  const exited = new Promise((r) => s.child.once('exit', r));
-  s.child.kill('SIGTERM');
-  await exited;
-}
-
-async function post(url: string, key: string, path: string, body: unknown): Promise<Record<string, unknown>> {
-  const res = await fetch(`${url}${path}`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  const json = (await res.json()) as Record<string, unknown>;
-  if (res.status >= 300) throw new Error(`${path} answered ${res.status}: ${JSON.stringify(json)}`);
-  return json;
-}
-
-/** Mints the token population and returns the approve bodies to cycle through. */
-async function population(url: string, key: string): Promise<string[]> {
-  const bodies: string[] = [];
-  for (let i = 0; i < ROOTS; i += 1) {
-    // One root in ten has a small budget, so it turns to budget_exhausted denials under load.
-    const budget = i % 10 === 0 ? 5 : 1_000_000;
-    const root = await post(url, key, '/v1/capabilities', {
-      trajectory_id: `bench-${i}`,
-      rights: ['read', 'write', 'execute'],
-      objects: [
-        { kind: 'path', prefix: `/workspace/bench-${i}` },
-        { kind: 'url', prefix: 'https://api.example.com/v1/' },
-      ],
-      predicate: { budget, max_cost: 1, max_calls: 1_000_000_000, max_depth: 2, args: [{ kind: 'max', arg: 'timeout_ms', value: 30000 }] },
-      ttl_s: 86_400,
-    });
-    let token = root.token as string;
-    if (i % 2 === 1) {
-      const child = await post(url, key, '/v1/attenuate', {
-        parent_token: token,
-        rights: ['read', 'write'],
-        objects: [{ kind: 'path', prefix: `/workspace/bench-${i}/sub` }],
-        predicate: { budget: budget / 2, max_cost: 0.5, max_calls: 1_000_000, max_depth: 1, args: [{ kind: 'max', arg: 'timeout_ms', value: 10000 }] },
-        trajectory_id: `bench-${i}.sub`,
-      });
-      token = child.token as string;
-    }
-    const base = i % 2 === 1 ? `/workspace/bench-${i}/sub` : `/workspace/bench-${i}`;
-    const grant = { token, op: 'read', target: { kind: 'path', path: `${base}/src/main.ts` }, cost: 0.01, args: { timeout_ms: 5000 } };
-    bodies.push(JSON.stringify(grant), JSON.stringify({ ...grant, op: 'write', cost: 0.25 }));
-    bodies.push(JSON.stringify({ ...grant, target: { kind: 'path', path: `${base}/../../etc/passwd` } }));
-    bodies.push(JSON.stringify({ ...grant, op: 'connect' }));
-  }
-  return bodies;
-}
-
-interface Figures {
-  readonly rps: number;
-  readonly p50: number;
-  readonly p99: number;
-  readonly non2xx: number;
-  readonly errors: number;
-  /** Where the round's CPU went (Linux only). */
-  readonly cpu: CpuSplit | null;
-}
-
-async function load(server: Server, key: string, bodies: readonly string[], seconds: number): Promise<Figures> {
-  let next = 0;
-  const url = server.url;
-  const before = sample(server.child.pid as number);
-  const result = await autocannon({
-    url,
-    connections: CONNECTIONS,
-    duration: seconds,
-    requests: [
-      {
-        method: 'POST',
-        path: '/v1/approve',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-        setupRequest: (req) => {
-          next = (next + 1) % bodies.length;
-          return { ...req, body: bodies[next] };
-        },
-      },
-    ],
-  });
-  const after = sample(server.child.pid as number);
-  const cpu = before !== null && after !== null ? split(before, after, result.requests.total) : null;
-  return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99, non2xx: result.non2xx, errors: result.errors, cpu };
-}
+const load = (server: Server, key: string, bodies: readonly string[], seconds: number): Promise<Figures> =>
+  loadRound(server, key, bodies, { seconds, connections: CONNECTIONS });
 
 function meanSplit(xs: readonly (CpuSplit | null)[]): CpuSplit | null {
   if (xs.some((x) => x === null) || xs.length === 0) return null;
@@ -192,26 +73,12 @@ async function lockWaits<T>(
 }
 
 async function main(): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), 'warrant-bench-'));
-  const env: Record<string, string> = { WARRANT_DATA_DIR: join(dir, 'data'), WARRANT_KEYS_DIR: join(dir, 'keys') };
-  let key: string;
-  if (databaseUrl !== undefined) {
-    const db = await openDatabase({ databaseUrl });
-    await db.migrate();
-    key = (await createTenant(new Store(db.db), `bench-${Date.now()}`, new Date())).apiKey;
-    await db.close();
-    env.DATABASE_URL = databaseUrl;
-  } else key = '';
-  const bare = await start('bench/bare-server.ts', {});
-  if (PROCESSES > 1 && databaseUrl === undefined) throw new Error('BENCH_PROCESSES > 1 needs DATABASE_URL');
-  const warrant = await start(PROCESSES > 1 ? 'src/node/cluster.ts' : 'src/node/main.ts', { ...env, WARRANT_PROCESSES: String(PROCESSES) });
-  await new Promise((r) => setTimeout(r, 1000)); // the other workers of a cluster finish starting
-  if (databaseUrl === undefined) key = readFileSync(join(env.WARRANT_DATA_DIR as string, 'default-api-key'), 'utf8').trim();
+  const { bare, warrant, key, close } = await startServers({ databaseUrl, processes: PROCESSES });
   try {
     console.log(
       `warrant on ${databaseUrl === undefined ? 'embedded PGlite' : 'PostgreSQL'}, ${PROCESSES} process(es); ${CONNECTIONS} connections, ${ROUNDS} rounds of ${SECONDS} s each`,
     );
-    const bodies = await population(warrant.url, key);
+    const bodies = await population(warrant.url, key, ROOTS);
     console.log(`${bodies.length} approve bodies over ${ROOTS} roots (half of them approved through a child)`);
     await load(bare, key, bodies, 2); // warm-up
     await load(warrant, key, bodies, 2);
@@ -246,6 +113,7 @@ async function main(): Promise<void> {
       p50: mean(rounds.map((x) => pick(x).p50)),
       p99: Math.max(...rounds.map((x) => pick(x).p99)),
       non2xx: rounds.reduce((a, x) => a + pick(x).non2xx, 0),
+      answered: rounds.reduce((a, x) => a + pick(x).answered, 0),
       errors: rounds.reduce((a, x) => a + pick(x).errors, 0),
       cpu: meanSplit(rounds.map((x) => pick(x).cpu)),
     });
@@ -267,9 +135,7 @@ async function main(): Promise<void> {
     }
     console.log(`approve/bare ratio: ${(w.rps / b.rps).toFixed(2)}`);
   } finally {
-    await stop(bare);
-    await stop(warrant);
-    rmSync(dir, { recursive: true, force: true });
+    await close();
   }
 }
 

@@ -42,7 +42,7 @@ function log(entry: Record<string, unknown>): void {
   console.log(JSON.stringify({ time: new Date().toISOString(), level: 'info', ...entry }));
 }
 
-/** The answer while the Worker cannot serve: liveness stays up, everything else fails closed (API.md "Errors"). */
+/** The answer while the Worker cannot serve: liveness stays up, everything else fails closed (docs/api.md "Errors"). */
 function notServing(request: Request): Response {
   if (new URL(request.url).pathname === '/healthz') return Response.json({ ok: true });
   return Response.json(unavailable().toBody(), { status: 503, headers: { 'Cache-Control': 'no-store' } });

@@ -1,15 +1,19 @@
 /**
- * A typed client of the Warrant HTTP API (API.md) for runtimes, subagent spawners and sandbox
+ * A typed client of the Warrant HTTP API (docs/api.md) for runtimes, subagent spawners and sandbox
  * drivers, on anything with `fetch` (Node, Workers, browsers). Request types are the server's own
  * zod schemas; every error answer becomes a `WarrantError` with its stable `code`. Tokens can also
  * be checked offline against the authority's `/.well-known/jwks.json` (signature and expiry only:
- * revocation and budgets are known to `/v1/approve` alone).
+ * revocation and budgets are known to `/v1/approve` alone; offline.ts), and a sandbox driver can
+ * wrap a tool handler so that it runs only on a grant (guard.ts).
  */
-import { compactVerify, createLocalJWKSet, createRemoteJWKSet, type JSONWebKeySet } from 'jose';
+import type { JSONWebKeySet } from 'jose';
 import type { z } from 'zod';
 import type { ApproveBody, AttenuateBody, MintBody, RevokeBody } from '../core/schemas.js';
 import type { ArgBound, Right, RawObject, RawPredicate, RawTarget } from '../core/types.js';
 import type { Receipt, ReceiptCheck } from '../audit/receipt.js';
+
+export { verifyOffline, type OfflineClaims, type OfflineCode, type OfflineResult } from './offline.js';
+export { callIdOf, guardTool, ToolDenied, type Approver, type LogicalCall, type ToolCallContext, type ToolGrant, type ToolGuard } from './guard.js';
 
 export type MintRequest = z.input<typeof MintBody>;
 export type AttenuateRequest = z.input<typeof AttenuateBody>;
@@ -36,6 +40,10 @@ export interface Decision {
   readonly audit_id: string;
   readonly budget_remaining: number | null;
   readonly calls_remaining: number | null;
+  /** Set on the answer to a repeated `call_id`: the first decision, charging nothing again. */
+  readonly replayed?: true;
+  /** When a replayed decision was first made (null for decisions stored before this was kept). */
+  readonly decided_at?: string | null;
 }
 
 export interface StoredCapability extends Omit<Capability, 'token'> {
@@ -85,7 +93,7 @@ export type AuditVerification =
 
 export type { Receipt, ReceiptCheck };
 
-/** An error answer of the authority (API.md "Errors"), or `network` when none came. */
+/** An error answer of the authority (docs/api.md "Errors"), or `network` when none came. */
 export class WarrantError extends Error {
   constructor(
     readonly status: number,
@@ -179,63 +187,6 @@ function networkCause(e: unknown): string {
   if (typeof cause?.code === 'string') return cause.code;
   if (typeof cause?.message === 'string') return cause.message;
   return e instanceof Error ? e.message : String(e);
-}
-
-/** Claims of a token whose signature verified offline. */
-export interface OfflineClaims {
-  readonly capability_id: string;
-  readonly tenant: string;
-  readonly trajectory_id: string;
-  readonly parent_id: string | null;
-  readonly depth: number;
-  readonly rights: Right[];
-  readonly objects: RawObject[];
-  readonly predicate: RawPredicate;
-  readonly not_before: number;
-  readonly expires_at: number;
-}
-
-export type OfflineResult =
-  { readonly ok: true; readonly claims: OfflineClaims } | { readonly ok: false; readonly code: 'bad_token' | 'expired' | 'not_yet_valid' };
-
-/**
- * Verifies a token's signature offline against a JWKS (a URL such as
- * `http://127.0.0.1:8080/.well-known/jwks.json`, or the set itself), EdDSA only, and its validity
- * window at `now`. Never a substitute for `approve`: revocation and budgets are not in the token.
- */
-export async function verifyOffline(token: string, jwks: URL | JSONWebKeySet, now: Date = new Date()): Promise<OfflineResult> {
-  const keys = jwks instanceof URL ? createRemoteJWKSet(jwks) : createLocalJWKSet(jwks);
-  let payload: Uint8Array;
-  try {
-    ({ payload } = await compactVerify(token, keys, { algorithms: ['EdDSA'] }));
-  } catch {
-    return { ok: false, code: 'bad_token' };
-  }
-  let c: Record<string, unknown>;
-  try {
-    c = JSON.parse(new TextDecoder().decode(payload)) as Record<string, unknown>;
-  } catch {
-    return { ok: false, code: 'bad_token' };
-  }
-  if (typeof c.exp !== 'number' || typeof c.nbf !== 'number' || typeof c.jti !== 'string') return { ok: false, code: 'bad_token' };
-  const t = now.getTime() / 1000;
-  if (c.exp <= t) return { ok: false, code: 'expired' };
-  if (c.nbf > t) return { ok: false, code: 'not_yet_valid' };
-  return {
-    ok: true,
-    claims: {
-      capability_id: c.jti,
-      tenant: String(c.ten),
-      trajectory_id: String(c.sub),
-      parent_id: typeof c.par === 'string' ? c.par : null,
-      depth: Number(c.dep),
-      rights: c.r as Right[],
-      objects: c.o as RawObject[],
-      predicate: c.p as RawPredicate,
-      not_before: c.nbf,
-      expires_at: c.exp,
-    },
-  };
 }
 
 /**

@@ -1,5 +1,5 @@
 /**
- * approve(op, target, cost) of API.md as a pure function of a verified capability, the request,
+ * approve(op, target, cost) of docs/api.md ("Approval rule") as a pure function of a verified capability, the request,
  * the time and the stored state of the capability's chain (itself and every ancestor).
  */
 import { fromMicro } from './money.js';

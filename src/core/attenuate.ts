@@ -1,5 +1,5 @@
 /**
- * The attenuation check C_c ⪯ C_p of API.md, returning every violation, not only the first.
+ * The attenuation check C_c ⪯ C_p of docs/api.md ("Attenuation rule"), returning every violation, not only the first.
  * Revocation of the parent is the store's to know; the caller adds `parent_revoked`.
  */
 import { describe, isObjectWithin } from './objects.js';
@@ -23,7 +23,7 @@ export function checkAttenuation(parent: VerifiedCapability, child: ChildSpec, n
   if (parent.exp * 1000 <= nowMs) {
     out.push({ component: 'parent', code: 'parent_expired', detail: `the parent expired at ${new Date(parent.exp * 1000).toISOString()}` });
   }
-  // API.md: "the parent is valid now". A child cut before its parent's nbf would be valid earlier.
+  // docs/api.md: "the parent is valid now". A child cut before its parent's nbf would be valid earlier.
   if (parent.nbf * 1000 > nowMs) {
     out.push({ component: 'parent', code: 'parent_invalid', detail: `the parent is valid from ${new Date(parent.nbf * 1000).toISOString()}` });
   }

@@ -1,6 +1,6 @@
 /**
- * Costs and budgets as exact integer micro-units. API.md: "Costs are decimal numbers with at most
- * 6 digits after the point, at most 1e12; budgets are summed exactly".
+ * Costs and budgets as exact integer micro-units. docs/api.md: costs are decimal numbers with at most
+ * 6 digits after the point, at most 1e12, "so budgets are summed exactly".
  */
 import { err, ok, type Result } from './types.js';
 

@@ -10,7 +10,7 @@ const brand = <T>(v: T): Canonical<T> => v as Canonical<T>;
 // ---- paths ----------------------------------------------------------------------------------
 
 /**
- * API.md: a path object is absolute; rejected when it contains a NUL byte, a `.` or `..` segment or
+ * docs/api.md: a path object is absolute; rejected when it contains a NUL byte, a `.` or `..` segment or
  * an empty segment; one trailing `/` is dropped; `/` is the whole filesystem.
  */
 export function canonicalPathPrefix(prefix: string): Result<string> {
@@ -96,7 +96,7 @@ function canonicalIpv6(name: string): Result<string> {
 
 function isHostNameWithin(name: string, pattern: string): boolean {
   if (!pattern.startsWith('*.')) return name === pattern;
-  // API.md: "*.example.com" covers every name strictly below example.com, not example.com itself.
+  // docs/api.md: a wildcard `*.example.com` covers every name strictly below example.com, not example.com itself.
   const suffix = pattern.slice(1);
   const bare = name.startsWith('*.') ? name.slice(1) : name;
   return bare.endsWith(suffix) && (name.startsWith('*.') ? bare.length >= suffix.length : bare.length > suffix.length);
@@ -202,7 +202,7 @@ function hostWithPort(name: string, port: number | undefined): HostObject {
   return port === undefined ? { kind: 'host', name } : { kind: 'host', name, port };
 }
 
-/** Canonicalizes one object reference of a capability (API.md "O, objects"). */
+/** Canonicalizes one object reference of a capability (docs/api.md "Objects and targets"). */
 export function canonicalObject(o: RawObject): Result<CanonicalObject> {
   switch (o.kind) {
     case 'path': {
@@ -226,7 +226,7 @@ export function canonicalObject(o: RawObject): Result<CanonicalObject> {
   }
 }
 
-/** Canonicalizes the target of an approve request (API.md "POST /v1/approve"). */
+/** Canonicalizes the target of an approve request (docs/api.md "Objects and targets"). */
 export function canonicalTarget(t: RawTarget): Result<CanonicalTarget> {
   switch (t.kind) {
     case 'path': {
@@ -265,7 +265,7 @@ export function isWithin(target: CanonicalTarget, object: CanonicalObject): bool
   }
 }
 
-/** Does the child object cover nothing that the parent object does not? (attenuation, API.md) */
+/** Does the child object cover nothing that the parent object does not? (docs/api.md "Attenuation rule") */
 export function isObjectWithin(child: CanonicalObject, parent: CanonicalObject): boolean {
   switch (child.kind) {
     case 'path':

@@ -1,6 +1,6 @@
 /**
  * The predicate P: canonicalization, implication (attenuation) and evaluation (approve).
- * API.md: every field optional, all must hold; `budget` and `max_calls` are cumulative over a
+ * docs/api.md: every field optional, all must hold; `budget` and `max_calls` are cumulative over a
  * capability and all its descendants, which the store enforces; here are the per-call bounds.
  */
 import { toMicro } from './money.js';
@@ -83,7 +83,7 @@ function widened(detail: string): Violation {
 }
 
 /**
- * Every way the child predicate fails to imply the parent's. API.md: "every bound the parent sets
+ * Every way the child predicate fails to imply the parent's. docs/api.md: "every bound the parent sets
  * is set by the child at least as tightly, and max_depth of the child < max_depth of the parent
  * when the parent sets one".
  */
@@ -140,7 +140,7 @@ function boundHolds(b: ArgBound, v: Scalar | undefined): boolean {
 }
 
 /**
- * The first `args` bound the call breaks, or null. API.md: "a bounded argument that is missing from
+ * The first `args` bound the call breaks, or null. docs/api.md: "a bounded argument that is missing from
  * the call fails its bound".
  */
 export function failedArgBound(p: CanonicalPredicate, args: Readonly<Record<string, Scalar>>): string | null {

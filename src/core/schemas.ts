@@ -1,6 +1,6 @@
 /**
- * Closed, bounded zod schemas of the model's wire forms (API.md), shared by request validation,
- * the OpenAPI document and token claims. API.md's five rules: closed property sets, required fields
+ * Closed, bounded zod schemas of the model's wire forms (docs/api.md), shared by request validation,
+ * the OpenAPI document and token claims. docs/api.md's five rules ("Conventions"): closed property sets, required fields
  * listed, every string, number and array bounded, units in names, every union tagged by `kind`.
  */
 import { z } from 'zod';

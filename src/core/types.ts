@@ -67,20 +67,25 @@ export type Result<T> = { readonly ok: true; readonly value: T } | { readonly ok
 export const ok = <T>(value: T): Result<T> => ({ ok: true, value });
 export const err = <T>(error: string): Result<T> => ({ ok: false, error });
 
-/** API.md deny codes of `POST /v1/approve`. */
-export type DenyCode =
-  | 'bad_token'
-  | 'unknown_key'
-  | 'tenant_mismatch'
-  | 'expired'
-  | 'not_yet_valid'
-  | 'revoked'
-  | 'right_missing'
-  | 'object_outside'
-  | 'cost_exceeds_max'
-  | 'budget_exhausted'
-  | 'calls_exhausted'
-  | 'arg_violates_bound';
+/**
+ * Every deny code of `POST /v1/approve` (docs/api.md "Deny codes"), in the order they take
+ * precedence. A list, not only a type, so the reference's test reads the real set.
+ */
+export const DENY_CODES = [
+  'bad_token',
+  'unknown_key',
+  'tenant_mismatch',
+  'expired',
+  'not_yet_valid',
+  'revoked',
+  'right_missing',
+  'object_outside',
+  'cost_exceeds_max',
+  'arg_violates_bound',
+  'budget_exhausted',
+  'calls_exhausted',
+] as const;
+export type DenyCode = (typeof DENY_CODES)[number];
 
 export interface Deny {
   readonly decision: 'deny';
@@ -88,20 +93,25 @@ export interface Deny {
   readonly message: string;
 }
 
-/** API.md attenuation violation codes. */
-export type ViolationCode =
-  | 'right_widened'
-  | 'object_widened'
-  | 'predicate_widened'
-  | 'depth_exhausted'
-  | 'expiry_extended'
-  | 'parent_invalid'
-  | 'parent_expired'
-  | 'parent_revoked'
-  | 'trajectory_unrelated';
+/** Every attenuation violation code (docs/api.md "Attenuation violation codes"). */
+export const VIOLATION_CODES = [
+  'right_widened',
+  'object_widened',
+  'predicate_widened',
+  'depth_exhausted',
+  'expiry_extended',
+  'parent_invalid',
+  'parent_expired',
+  'parent_revoked',
+  'trajectory_unrelated',
+] as const;
+export type ViolationCode = (typeof VIOLATION_CODES)[number];
+
+/** The part of the request a violation is about. */
+export const VIOLATION_COMPONENTS = ['rights', 'objects', 'predicate', 'expiry', 'parent', 'trajectory'] as const;
 
 export interface Violation {
-  readonly component: 'rights' | 'objects' | 'predicate' | 'expiry' | 'parent' | 'trajectory';
+  readonly component: (typeof VIOLATION_COMPONENTS)[number];
   readonly code: ViolationCode;
   readonly detail: string;
 }

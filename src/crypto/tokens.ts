@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { CompactSign, base64url, compactVerify, errors, type CryptoKey, type JWSHeaderParameters } from 'jose';
 import { ArgBound, Id, Rights, TrajectoryId } from '../core/schemas.js';
-import type { CapabilityClaims, CanonicalObject, CanonicalPredicate, VerifiedCapability } from '../core/types.js';
+import type { CapabilityClaims, CanonicalObject, CanonicalPredicate, DenyCode, VerifiedCapability } from '../core/types.js';
 import { ALG, type KeyRing } from './keys.js';
 
 /** JWT claim names, short because a token rides on every tool call. */
@@ -59,7 +59,7 @@ export async function signToken(ring: KeyRing, c: CapabilityClaims): Promise<str
 
 export type VerifyResult =
   | { readonly ok: true; readonly capability: VerifiedCapability; readonly kid: string }
-  | { readonly ok: false; readonly code: 'bad_token' | 'unknown_key'; readonly message: string };
+  | { readonly ok: false; readonly code: Extract<DenyCode, 'bad_token' | 'unknown_key'>; readonly message: string };
 
 class UnknownKey extends Error {}
 

@@ -1,5 +1,5 @@
 /**
- * The Hono app: routes of API.md, bearer auth, body rules (JSON only, 64 KiB), error mapping and
+ * The Hono app: the routes of docs/api.md, bearer auth, body rules (JSON only, 64 KiB), error mapping and
  * the OpenAPI document generated from the same zod schemas that validate. Built by `createApp`
  * from injected store, writer, keys and clock: no globals, so it runs on Node and Workers alike.
  */
@@ -24,7 +24,8 @@ import { CreateKeyBody, KeyAdmin, KeyId } from '../service/key-admin.js';
 import type { CallerIds } from '../store/writer.js';
 import type { Metrics } from './metrics.js';
 import { addDocs, type DocsAssets } from './docs.js';
-import { UI_CSP, UI_CSS, UI_HTML, UI_JS } from './ui.js';
+import { addUi } from './ui.js';
+import { DEFAULT_TRAJECTORIES, MAX_TRAJECTORIES, trajectoriesReply } from '../service/trajectories.js';
 
 export interface AppDeps {
   readonly store: Store;
@@ -165,6 +166,16 @@ const routes = {
     request: { params: z.strictObject({ id: KeyId }) },
     responses: { 200: json(Any, 'the revoked key'), ...errors(400, 401, 403, 404, 503) },
   }),
+  // ---- issue 16, the operator's page: recent trajectories ----
+  trajectories: createRoute({
+    method: 'get',
+    path: '/v1/audit/trajectories',
+    tags: ['audit'],
+    summary: 'Recently active delegation trees, with their grants, denials, calls and spend',
+    request: { query: z.strictObject({ limit: z.coerce.number().int().min(1).max(MAX_TRAJECTORIES).optional() }) },
+    responses: { 200: json(Any, 'the trees, most recently active first'), ...errors(400, 401, 403, 503) },
+  }),
+  // ---- end issue 16 ----
   verify: createRoute({
     method: 'get',
     path: '/v1/audit/verify',
@@ -292,7 +303,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       return undefined;
     },
   });
-  // Statuses come from the use cases (API.md); the route types cannot follow them, hence `never`.
+  // Statuses come from the use cases (docs/api.md); the route types cannot follow them, hence `never`.
   const send = (c: Context, r: Reply): never => c.json(r.body as object, r.status as 200) as never;
   /** Counts a decision answer (mint/attenuate 201 or 403, approve grant/deny, revoke 200). */
   const counted = (event: string, r: Reply): Reply => {
@@ -424,6 +435,10 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       ),
     );
   });
+  // issue 16: the operator's page opens on this summary
+  app.openapi(routes.trajectories, async (c) =>
+    send(c, await bounded(c, trajectoriesReply(deps.store, c.get('tenantId'), c.req.valid('query').limit ?? DEFAULT_TRAJECTORIES))),
+  );
   app.openapi(routes.verify, async (c) =>
     send(c, await bounded(c, reads.verifyAudit(c.get('tenantId')), Deadline.in(Math.max(VERIFY_BOUND_MS, deps.deadlineMs ?? 0)))),
   );
@@ -450,20 +465,18 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   }
   // An interactive reference over the same document, its assets served from here (docs.ts).
   addDocs(app, deps.docsAssets);
-  app.get('/ui', (c) => c.html(UI_HTML, 200, { 'Content-Security-Policy': UI_CSP }));
-  app.get('/ui/app.js', (c) => c.body(UI_JS, 200, { 'Content-Type': 'text/javascript; charset=utf-8', 'Content-Security-Policy': UI_CSP }));
-  app.get('/ui/app.css', (c) => c.body(UI_CSS, 200, { 'Content-Type': 'text/css; charset=utf-8' }));
+  addUi(app); // the operator's page (ui.ts)
   app.get('/healthz', (c) => c.json({ ok: true }));
   const metrics = deps.metrics;
   if (metrics !== undefined) app.get('/metrics', async (c) => c.text(await metrics.render(), 200, { 'Content-Type': 'text/plain; version=0.0.4' }));
-  // Within 1 s, always: 503 while the database is unreachable, stalled or read-only (API.md).
+  // Within 1 s, always: 503 while the database is unreachable, stalled or read-only (docs/api.md "GET /readyz").
   app.get('/readyz', async (c) => {
     const ready = await readiness.isReady();
     deps.metrics?.database(ready ? 'available' : 'unavailable');
     return ready ? c.json({ ok: true }) : c.json(unavailable().toBody(), 503);
   });
   app.openAPIRegistry.registerComponent('securitySchemes', 'tenantKey', { type: 'http', scheme: 'bearer' });
-  // The keyless routes are plain handlers above; listed here so the document covers all of API.md.
+  // The keyless routes are plain handlers above; listed here so the document covers every route of docs/api.md.
   const keyless: [string, string, number[]][] = [
     ['/.well-known/jwks.json', 'Public verification keys (JWKS)', []],
     [AUDIT_KEYS_PATH, 'Audit checkpoint public keys (JWKS)', []],
@@ -483,7 +496,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   }
   app.doc31('/openapi.json', {
     openapi: '3.1.0',
-    info: { title: 'Warrant', version: '1.0.0', description: 'Capability authority for AI-agent runtimes (API.md).' },
+    info: { title: 'Warrant', version: '1.0.0', description: 'Capability authority for AI-agent runtimes (reference: docs/api.md).' },
     security: [{ tenantKey: [] }],
   });
   return app;

@@ -95,7 +95,7 @@ function checkTokenLength(token: string, c: CapabilityClaims): void {
   ]);
 }
 
-/** The API form of a capability (API.md mint response, without the token). */
+/** The API form of a capability (docs/api.md mint response, without the token). */
 function capabilityBody(c: CapabilityClaims): Record<string, unknown> {
   return {
     capability_id: c.id,
@@ -318,7 +318,7 @@ export class Authority {
     };
   }
 
-  /** Runs an issuing decision under its Idempotency-Key (API.md: same key and body → first response). */
+  /** Runs an issuing decision under its Idempotency-Key (docs/api.md: same key and body → first response). */
   private async issue(
     tenantId: string,
     scope: 'mint' | 'attenuate',
@@ -677,7 +677,7 @@ export class Reads {
   }
 }
 
-/** An audit row as API.md "GET /v1/audit" shows it. */
+/** An audit row as docs/api.md "Audit entries" shows it. */
 export function auditEntry(r: AuditRecord): Record<string, unknown> {
   return {
     id: r.id,

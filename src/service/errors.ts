@@ -1,5 +1,24 @@
-/** The one error class of the service: a stable `code` and HTTP status, as API.md lists them. */
+/** The one error class of the service: a stable `code` and HTTP status, as docs/api.md "Errors" lists them. */
 import { StoreUnavailable } from '../store/store.js';
+
+/**
+ * Every error code the service answers, with its one HTTP status. A list, not only a type, so the
+ * reference's test reads the real set (and checks each `new ApiError(status, code)` against it).
+ */
+export const ERROR_STATUS = {
+  invalid_request: 400,
+  unauthorized: 401,
+  forbidden: 403,
+  attenuation_refused: 403,
+  not_found: 404,
+  idempotency_conflict: 409,
+  in_flight: 409,
+  not_yet_covered: 409,
+  payload_too_large: 413,
+  unsupported_media_type: 415,
+  unavailable: 503,
+} as const;
+export type ErrorCode = keyof typeof ERROR_STATUS;
 
 export interface FieldError {
   readonly path: string;
@@ -8,15 +27,15 @@ export interface FieldError {
 
 export class ApiError extends Error {
   constructor(
-    readonly status: 400 | 401 | 403 | 404 | 409 | 413 | 415 | 503,
-    readonly code: string,
+    readonly status: (typeof ERROR_STATUS)[ErrorCode],
+    readonly code: ErrorCode,
     message: string,
     readonly extra: Record<string, unknown> = {},
   ) {
     super(message);
   }
 
-  /** `{"error": {"code", "message", ...}}` (API.md "Errors"). Never carries tokens or keys. */
+  /** `{"error": {"code", "message", ...}}` (docs/api.md "Errors"). Never carries tokens or keys. */
   toBody(): { error: Record<string, unknown> } {
     return { error: { code: this.code, message: this.message, ...this.extra } };
   }

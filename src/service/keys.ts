@@ -78,6 +78,7 @@ export function rolesFor(route: string): readonly Role[] {
     'POST /v1/attenuate': ['spawner'],
     'POST /v1/approve': ['driver'],
     'GET /v1/audit': ['auditor'],
+    'GET /v1/audit/trajectories': ['auditor'],
     'GET /v1/audit/verify': ['auditor'],
     'GET /v1/audit/:id/receipt': ['auditor'],
   };

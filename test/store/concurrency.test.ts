@@ -13,7 +13,7 @@ import { openDatabase, type Database } from '../../src/node/db.js';
 import { Store } from '../../src/store/store.js';
 import { DecisionWriter } from '../../src/store/writer.js';
 import { BACKENDS } from '../support/db.js';
-import { KEYS, startHarness, type Harness } from '../support/app.js';
+import { KEYS, startHarness, TEST_DEADLINE_MS, type Harness } from '../support/app.js';
 
 type App = ReturnType<typeof createApp>;
 type Body = Record<string, unknown>;
@@ -168,8 +168,14 @@ describe.each(BACKENDS)('concurrent approvals on %s', (backend) => {
       for (let i = 0; i < 2; i++) {
         const database = await openDatabase({ databaseUrl: url, poolSize: 10 });
         // Small batches: each instance commits many transactions that contend with the other's.
-        const writer = new DecisionWriter(database.db, { now: h.clock.now, maxBatch: 4 });
-        const app = createApp({ store: new Store(database.db), writer, keys: await loadKeyRing(KEYS.ring), now: h.clock.now });
+        const writer = new DecisionWriter(database.db, { now: h.clock.now, maxBatch: 4, deadlineMs: TEST_DEADLINE_MS });
+        const app = createApp({
+          store: new Store(database.db),
+          writer,
+          keys: await loadKeyRing(KEYS.ring),
+          now: h.clock.now,
+          deadlineMs: TEST_DEADLINE_MS,
+        });
         instances.push({ database, writer, app });
       }
     });

@@ -1,0 +1,187 @@
+/**
+ * What the HTTP benches share: starting the bare Hono endpoint and Warrant (PostgreSQL when a
+ * database URL is given, else embedded PGlite) each in its own process, the token population and its
+ * approve bodies, and an autocannon round against POST /v1/approve with the server's CPU split.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import autocannon from 'autocannon';
+import { openDatabase } from '../src/node/db.js';
+import { createTenant } from '../src/service/tenants.js';
+import { Store } from '../src/store/store.js';
+import { sample, split, type CpuSplit } from './cpu.js';
+
+export interface Server {
+  readonly url: string;
+  readonly child: ChildProcess;
+}
+
+export function start(script: string, env: Record<string, string>): Promise<Server> {
+  const flags =
+    (script.includes('main') || script.includes('cluster')) && process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [];
+  const child = spawn(process.execPath, [...flags, '--import', 'tsx', script], {
+    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  return new Promise((resolve, reject) => {
+    let buf = '';
+    const onData = (d: Buffer): void => {
+      buf += d.toString();
+      const m = /listening on (http:\/\/[^"\s]+)/.exec(buf);
+      if (m === null) return;
+      // From here on the server's log (a line per request) is drained unread.
+      child.stdout.off('data', onData);
+      child.stdout.resume();
+      resolve({ url: m[1] as string, child });
+    };
+    child.stdout.on('data', onData);
+    child.on('exit', (code) => reject(new Error(`${script} exited with ${code}`)));
+  });
+}
+
+export async function stop(s: Server): Promise<void> {
+  const exited = new Promise((r) => s.child.once('exit', r));
+  s.child.kill('SIGTERM');
+  await exited;
+}
+
+export interface Servers {
+  readonly bare: Server;
+  readonly warrant: Server;
+  /** An API key of the tenant the bench mints and approves for. */
+  readonly key: string;
+  /** Stops both servers and removes their temporary files. */
+  readonly close: () => Promise<void>;
+}
+
+/**
+ * Starts the bare endpoint and Warrant. With a database URL, Warrant's schema is migrated there and
+ * the bench gets a tenant of its own (its data is kept apart from others' by that tenant); without
+ * one, Warrant runs on PGlite in a temporary directory and the bench uses its default API key.
+ */
+export async function startServers(options: { databaseUrl: string | undefined; processes: number }): Promise<Servers> {
+  const { databaseUrl, processes } = options;
+  if (processes > 1 && databaseUrl === undefined) throw new Error('BENCH_PROCESSES > 1 needs DATABASE_URL');
+  const dir = mkdtempSync(join(tmpdir(), 'warrant-bench-'));
+  const env: Record<string, string> = { WARRANT_DATA_DIR: join(dir, 'data'), WARRANT_KEYS_DIR: join(dir, 'keys') };
+  let key = '';
+  if (databaseUrl !== undefined) {
+    const db = await openDatabase({ databaseUrl });
+    await db.migrate();
+    key = (await createTenant(new Store(db.db), `bench-${Date.now()}`, new Date())).apiKey;
+    await db.close();
+    env.DATABASE_URL = databaseUrl;
+  }
+  const bare = await start('bench/bare-server.ts', {});
+  const warrant = await start(processes > 1 ? 'src/node/cluster.ts' : 'src/node/main.ts', { ...env, WARRANT_PROCESSES: String(processes) });
+  await new Promise((r) => setTimeout(r, 1000)); // the other workers of a cluster finish starting
+  if (databaseUrl === undefined) key = readFileSync(join(env.WARRANT_DATA_DIR as string, 'default-api-key'), 'utf8').trim();
+  return {
+    bare,
+    warrant,
+    key,
+    close: async () => {
+      await stop(bare);
+      await stop(warrant);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function post(url: string, key: string, path: string, body: unknown): Promise<Record<string, unknown>> {
+  const res = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const json = (await res.json()) as Record<string, unknown>;
+  if (res.status >= 300) throw new Error(`${path} answered ${res.status}: ${JSON.stringify(json)}`);
+  return json;
+}
+
+/**
+ * Mints `roots` roots (half of them approved through a child) and returns the approve bodies to
+ * cycle through: per root a grant (read), a grant (write), a deny `object_outside` (a `..` escape)
+ * and a deny `right_missing`; one root in ten has a small budget and turns to `budget_exhausted`.
+ */
+export async function population(url: string, key: string, roots: number): Promise<string[]> {
+  const bodies: string[] = [];
+  for (let i = 0; i < roots; i += 1) {
+    // One root in ten has a small budget, so it turns to budget_exhausted denials under load.
+    const budget = i % 10 === 0 ? 5 : 1_000_000;
+    const root = await post(url, key, '/v1/capabilities', {
+      trajectory_id: `bench-${i}`,
+      rights: ['read', 'write', 'execute'],
+      objects: [
+        { kind: 'path', prefix: `/workspace/bench-${i}` },
+        { kind: 'url', prefix: 'https://api.example.com/v1/' },
+      ],
+      predicate: { budget, max_cost: 1, max_calls: 1_000_000_000, max_depth: 2, args: [{ kind: 'max', arg: 'timeout_ms', value: 30000 }] },
+      ttl_s: 86_400,
+    });
+    let token = root.token as string;
+    if (i % 2 === 1) {
+      const child = await post(url, key, '/v1/attenuate', {
+        parent_token: token,
+        rights: ['read', 'write'],
+        objects: [{ kind: 'path', prefix: `/workspace/bench-${i}/sub` }],
+        predicate: { budget: budget / 2, max_cost: 0.5, max_calls: 1_000_000, max_depth: 1, args: [{ kind: 'max', arg: 'timeout_ms', value: 10000 }] },
+        trajectory_id: `bench-${i}.sub`,
+      });
+      token = child.token as string;
+    }
+    const base = i % 2 === 1 ? `/workspace/bench-${i}/sub` : `/workspace/bench-${i}`;
+    const grant = { token, op: 'read', target: { kind: 'path', path: `${base}/src/main.ts` }, cost: 0.01, args: { timeout_ms: 5000 } };
+    bodies.push(JSON.stringify(grant), JSON.stringify({ ...grant, op: 'write', cost: 0.25 }));
+    bodies.push(JSON.stringify({ ...grant, target: { kind: 'path', path: `${base}/../../etc/passwd` } }));
+    bodies.push(JSON.stringify({ ...grant, op: 'connect' }));
+  }
+  return bodies;
+}
+
+export interface Figures {
+  readonly rps: number;
+  readonly p50: number;
+  readonly p99: number;
+  readonly non2xx: number;
+  readonly errors: number;
+  /** Answers received in the round. */
+  readonly answered: number;
+  /** Where the round's CPU went (Linux only). */
+  readonly cpu: CpuSplit | null;
+}
+
+/** One closed-loop autocannon round of POST /v1/approve, cycling through `bodies`. */
+export async function load(server: Server, key: string, bodies: readonly string[], options: { seconds: number; connections: number }): Promise<Figures> {
+  let next = 0;
+  const before = sample(server.child.pid as number);
+  const result = await autocannon({
+    url: server.url,
+    connections: options.connections,
+    duration: options.seconds,
+    requests: [
+      {
+        method: 'POST',
+        path: '/v1/approve',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        setupRequest: (req) => {
+          next = (next + 1) % bodies.length;
+          return { ...req, body: bodies[next] };
+        },
+      },
+    ],
+  });
+  const after = sample(server.child.pid as number);
+  const cpu = before !== null && after !== null ? split(before, after, result.requests.total) : null;
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    non2xx: result.non2xx,
+    errors: result.errors,
+    answered: result.requests.total,
+    cpu,
+  };
+}

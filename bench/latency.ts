@@ -1,0 +1,282 @@
+/**
+ * `npm run bench:latency` (issue 15, "a decision in about a millisecond"): the latency of one
+ * approval, beside the bare Hono endpoint's, each in its own process started as bench:http starts
+ * them (harness.ts). Per target: a one-at-a-time round (one connection, sequential requests), then
+ * open-loop rounds at fixed rates, then a short autocannon saturation round for CPU per request.
+ *
+ * The open-loop generator sends each request at its scheduled time whether or not earlier ones were
+ * answered, and measures latency from that scheduled time (not from the actual send), so a server
+ * that falls behind shows its queueing instead of slowing the generator down (coordinated omission).
+ * Its own lateness (timers fire to the millisecond) is printed as "send lag" and is inside the figures.
+ *
+ * With DATABASE_URL, Warrant runs on a database of its own created on that server for the run and
+ * dropped after it, so pg_stat_database's xact_commit counts only Warrant's transactions: the
+ * commits per answered approval. Without it, Warrant runs on embedded PGlite.
+ */
+import { Agent, request } from 'node:http';
+import postgres from 'postgres';
+import { sample, split, type CpuSplit } from './cpu.js';
+import { load, population, startServers, type Server } from './harness.js';
+
+const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 1000);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 6);
+const RATES = (process.env.BENCH_RATES ?? '500,1000,2000').split(',').map(Number);
+const SATURATION_SECONDS = Number(process.env.BENCH_SATURATION_SECONDS ?? 4);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
+const ROOTS = Number(process.env.BENCH_ROOTS ?? 200);
+const databaseUrl = process.env.DATABASE_URL?.trim() || undefined;
+/** PostgreSQL flushes an idle backend's counters to pg_stat_database within 10 s (PGSTAT_IDLE_INTERVAL). */
+const STATS_FLUSH_MS = 11_000;
+/** An answer not received by then counts as an error. */
+const TIMEOUT_MS = 10_000;
+
+interface Round {
+  readonly p50: number;
+  readonly p90: number;
+  readonly p99: number;
+  readonly max: number;
+  /** Answers per second over the round. */
+  readonly rate: number;
+  readonly answered: number;
+  /** Non-2xx answers, failed connections and timeouts. */
+  readonly errors: number;
+  readonly cpu: CpuSplit | null;
+  /** Open loop only: how late the generator sent, p50 and p99 (ms). */
+  readonly lag: { readonly p50: number; readonly p99: number } | null;
+}
+
+function percentile(sorted: Float64Array, q: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] as number;
+}
+
+/** POSTs one approve body; resolves to the answer's status once its body has been read. */
+function approve(agent: Agent, url: URL, key: string, body: Buffer): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        agent,
+        host: url.hostname,
+        port: url.port,
+        path: '/v1/approve',
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': body.length },
+        timeout: TIMEOUT_MS,
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+        res.on('error', reject);
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+class Client {
+  private next = 0;
+  private readonly url: URL;
+
+  constructor(
+    readonly server: Server,
+    private readonly key: string,
+    private readonly bodies: readonly Buffer[],
+    private readonly agent: Agent,
+  ) {
+    this.url = new URL(server.url);
+  }
+
+  /** The status of the next body's answer, or 0 if none came. */
+  async send(): Promise<number> {
+    this.next = (this.next + 1) % this.bodies.length;
+    try {
+      return await approve(this.agent, this.url, this.key, this.bodies[this.next] as Buffer);
+    } catch {
+      return 0;
+    }
+  }
+}
+
+function summarize(latencies: Float64Array, lags: Float64Array | null, errors: number, seconds: number, cpu: CpuSplit | null): Round {
+  const sorted = latencies.slice().sort();
+  const lagSorted = lags?.slice().sort() ?? null;
+  return {
+    p50: percentile(sorted, 0.5),
+    p90: percentile(sorted, 0.9),
+    p99: percentile(sorted, 0.99),
+    max: sorted[sorted.length - 1] ?? NaN,
+    rate: latencies.length / seconds,
+    answered: latencies.length - errors,
+    errors,
+    cpu,
+    lag: lagSorted === null ? null : { p50: percentile(lagSorted, 0.5), p99: percentile(lagSorted, 0.99) },
+  };
+}
+
+/** One connection, `n` requests one after another. */
+async function oneAtATime(client: Client, n: number): Promise<Round> {
+  const latencies = new Float64Array(n);
+  let errors = 0;
+  const pid = client.server.child.pid as number;
+  const before = sample(pid);
+  const began = performance.now();
+  for (let i = 0; i < n; i += 1) {
+    const t = performance.now();
+    const status = await client.send();
+    latencies[i] = performance.now() - t;
+    if (status < 200 || status >= 300) errors += 1;
+  }
+  const seconds = (performance.now() - began) / 1000;
+  const after = sample(pid);
+  return summarize(latencies, null, errors, seconds, before !== null && after !== null ? split(before, after, n) : null);
+}
+
+/** `rate` requests a second for `seconds`, each sent at its scheduled time (open loop). */
+async function openLoop(client: Client, rate: number, seconds: number): Promise<Round> {
+  const total = Math.round(rate * seconds);
+  const interval = 1000 / rate;
+  const latencies = new Float64Array(total);
+  const lags = new Float64Array(total);
+  let errors = 0;
+  let pending = total;
+  const pid = client.server.child.pid as number;
+  const before = sample(pid);
+  const start = performance.now() + 5;
+  let last = start;
+  await new Promise<void>((resolve) => {
+    const fire = (i: number): void => {
+      const scheduled = start + i * interval;
+      lags[i] = performance.now() - scheduled;
+      void client.send().then((status) => {
+        last = performance.now();
+        latencies[i] = last - scheduled;
+        if (status < 200 || status >= 300) errors += 1;
+        pending -= 1;
+        if (pending === 0) resolve();
+      });
+    };
+    let i = 0;
+    const tick = (): void => {
+      const now = performance.now();
+      for (; i < total && start + i * interval <= now; i += 1) fire(i);
+      if (i < total) setTimeout(tick, start + i * interval - performance.now());
+    };
+    setTimeout(tick, start - performance.now());
+  });
+  const after = sample(pid);
+  return summarize(latencies, lags, errors, (last - start) / 1000, before !== null && after !== null ? split(before, after, total) : null);
+}
+
+/** A short closed-loop autocannon round at `CONNECTIONS` connections: the server's CPU per request when it is saturated. */
+async function saturation(client: Client, key: string, bodies: readonly string[]): Promise<Round> {
+  const f = await load(client.server, key, bodies, { seconds: SATURATION_SECONDS, connections: CONNECTIONS });
+  return { p50: f.p50, p90: NaN, p99: f.p99, max: NaN, rate: f.rps, answered: f.answered, errors: f.non2xx + f.errors, cpu: f.cpu, lag: null };
+}
+
+const ms = (x: number): string => (Number.isNaN(x) ? '   –' : x.toFixed(2).padStart(6));
+
+function line(target: string, round: string, r: Round): string {
+  // cpu.ts counts every postgres process on the machine: others' work on a shared server is in it.
+  const database = r.cpu === null || databaseUrl === undefined ? '' : `, all postgres ${r.cpu.database.toFixed(0)}`;
+  const cpu = r.cpu === null ? '' : `   CPU µs/request server ${r.cpu.server.toFixed(0)}${database}`;
+  const lag = r.lag === null ? '' : `   send lag p50 ${r.lag.p50.toFixed(2)} p99 ${r.lag.p99.toFixed(2)} ms`;
+  return `${target.padEnd(8)} ${round.padEnd(22)} ${r.rate.toFixed(0).padStart(6)}/s   p50 ${ms(r.p50)}  p90 ${ms(r.p90)}  p99 ${ms(r.p99)}  max ${ms(r.max)} ms   errors ${r.errors}${cpu}${lag}`;
+}
+
+/** A database of the bench's own on the server of `url`, so its statistics count only Warrant's work. */
+async function privateDatabase(url: string): Promise<{ url: string; name: string; admin: postgres.Sql; drop: () => Promise<void> }> {
+  const admin = postgres(url, { max: 1, onnotice: () => {} });
+  const name = `warrant_bench_latency_${process.pid}_${Date.now()}`;
+  await admin.unsafe(`CREATE DATABASE ${name}`);
+  const own = new URL(url);
+  own.pathname = `/${name}`;
+  return {
+    url: own.toString(),
+    name,
+    admin,
+    drop: async () => {
+      await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await admin.end({ timeout: 5 });
+    },
+  };
+}
+
+async function commits(admin: postgres.Sql, name: string): Promise<number> {
+  const [row] = await admin<{ n: string }[]>`SELECT xact_commit::text AS n FROM pg_stat_database WHERE datname = ${name}`;
+  return Number(row?.n ?? NaN);
+}
+
+/** The one-at-a-time round on `single` (one socket), then the open-loop rounds on `many`. */
+async function rounds(target: string, single: Client, many: Client): Promise<{ sequential: Round; open: Map<number, Round> }> {
+  const sequential = await oneAtATime(single, SEQUENTIAL);
+  console.log(line(target, `one at a time (${SEQUENTIAL})`, sequential));
+  const open = new Map<number, Round>();
+  for (const rate of RATES) {
+    const r = await openLoop(many, rate, SECONDS);
+    open.set(rate, r);
+    console.log(line(target, `open loop ${rate}/s`, r));
+  }
+  return { sequential, open };
+}
+
+async function main(): Promise<void> {
+  const db = databaseUrl === undefined ? null : await privateDatabase(databaseUrl);
+  const servers = await startServers({ databaseUrl: db?.url, processes: 1 });
+  const { key } = servers;
+  try {
+    const texts = await population(servers.warrant.url, key, ROOTS);
+    const bodies = texts.map((t) => Buffer.from(t));
+    const agent = (maxSockets: number): Agent => new Agent({ keepAlive: true, maxSockets });
+    const bare = new Client(servers.bare, key, bodies, agent(256));
+    const warrant = new Client(servers.warrant, key, bodies, agent(256));
+    const bareSingle = new Client(servers.bare, key, bodies, agent(1));
+    const warrantSingle = new Client(servers.warrant, key, bodies, agent(1));
+    const syncCommit =
+      db === null ? 'n/a (PGlite)' : ((await db.admin<{ synchronous_commit: string }[]>`SHOW synchronous_commit`)[0]?.synchronous_commit ?? '?');
+    console.log(
+      `warrant on ${db === null ? 'embedded PGlite' : `PostgreSQL (database ${db.name}, synchronous_commit ${syncCommit})`}; ${texts.length} approve bodies over ${ROOTS} roots`,
+    );
+    console.log(
+      `rounds: one at a time ${SEQUENTIAL} requests; open loop ${RATES.join(', ')}/s for ${SECONDS} s each, latency from the scheduled send time (own generator, node:http keep-alive); saturation: autocannon ${CONNECTIONS} connections for ${SATURATION_SECONDS} s`,
+    );
+    // Warm-up: the JIT, both servers' pools and the clients' sockets.
+    for (const c of [warrant, bare]) {
+      await load(c.server, key, texts, { seconds: 2, connections: CONNECTIONS });
+      await openLoop(c, 1000, 1);
+    }
+    for (let i = 0; i < 200; i += 1) await Promise.all([warrantSingle.send(), bareSingle.send()]);
+
+    const b = await rounds('bare', bareSingle, bare);
+    const before = db === null ? NaN : await commits(db.admin, db.name);
+    const w = await rounds('approve', warrantSingle, warrant);
+    const approveEnded = performance.now();
+    const answered = w.sequential.answered + [...w.open.values()].reduce((a, r) => a + r.answered, 0);
+
+    const bareSat = await saturation(bare, key, texts);
+    console.log(line('bare', `saturation`, bareSat));
+    let perAnswer = '';
+    if (db !== null) {
+      await new Promise((r) => setTimeout(r, Math.max(0, STATS_FLUSH_MS - (performance.now() - approveEnded))));
+      const after = await commits(db.admin, db.name);
+      perAnswer = `commits per answer ${((after - before) / answered).toFixed(2)} (xact_commit +${after - before} for ${answered} answered approvals, the checkpointer's included; synchronous_commit ${syncCommit})`;
+    } else perAnswer = 'commits per answer: n/a on PGlite';
+    const warrantSat = await saturation(warrant, key, texts);
+    console.log(line('approve', `saturation`, warrantSat));
+    console.log(perAnswer);
+
+    const at = w.open.get(1000);
+    const cpuRatio = warrantSat.cpu !== null && bareSat.cpu !== null ? (warrantSat.cpu.server / bareSat.cpu.server).toFixed(1) : 'n/a';
+    console.log(
+      `issue 15: approve/bare p50 one at a time ${(w.sequential.p50 / b.sequential.p50).toFixed(2)}× (target ≤ 2×); ` +
+        `approve at 1,000/s p50 ${at === undefined ? 'n/a' : at.p50.toFixed(2)} ms (≤ 2 ms), p99 ${at === undefined ? 'n/a' : at.p99.toFixed(2)} ms (≤ 6 ms); ` +
+        `server CPU per approval at saturation / bare per request ${cpuRatio}× (≤ 3×)`,
+    );
+  } finally {
+    await servers.close();
+    await db?.drop();
+  }
+}
+
+await main();
