@@ -1,7 +1,11 @@
 #!/usr/bin/env node
-// `npx warrant …`: the command-line tool (src/node/warrant-cli.ts), run from its TypeScript source
-// through tsx, as `npm start` is (there is no build step).
-import { register } from 'tsx/esm/api';
-
-register();
-await import('../src/node/warrant-cli.ts');
+// `npx warrant …`: the command-line tool, run from its compiled JavaScript (dist/node/warrant-cli.js,
+// built by `npm run build`, which `npm install` runs as prepare) with no TypeScript loader, so a
+// call starts in a fraction of a second.
+try {
+  await import('../dist/node/warrant-cli.js');
+} catch (e) {
+  if (e?.code !== 'ERR_MODULE_NOT_FOUND' || !String(e.message).includes('warrant-cli.js')) throw e;
+  console.error('warrant: dist/ is not built; run `npm run build` (or `npm install`) in the Warrant checkout');
+  process.exit(2);
+}

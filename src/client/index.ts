@@ -10,8 +10,7 @@ import type { JSONWebKeySet } from 'jose';
 import type { z } from 'zod';
 import type { ApproveBody, AttenuateBody, MintBody, RevokeBody } from '../core/schemas.js';
 import type { ArgBound, Right, RawObject, RawPredicate, RawTarget } from '../core/types.js';
-import { importAuditKeys } from '../audit/checkpoint.js';
-import { verifyReceipt as verifyWithKeys, type Receipt, type ReceiptCheck } from '../audit/receipt.js';
+import type { Receipt, ReceiptCheck } from '../audit/receipt.js';
 
 export { verifyOffline, type OfflineClaims, type OfflineCode, type OfflineResult } from './offline.js';
 export { callIdOf, guardTool, ToolDenied, type Approver, type LogicalCall, type ToolCallContext, type ToolGrant, type ToolGuard } from './guard.js';
@@ -174,7 +173,7 @@ export class WarrantClient {
     try {
       res = await this.doFetch(`${this.base}${path}`, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
     } catch (e) {
-      throw new WarrantError(0, 'network', `the authority could not be reached: ${e instanceof Error ? e.message : String(e)}`);
+      throw new WarrantError(0, 'network', `the authority at ${this.base} could not be reached (${networkCause(e)})`);
     }
     const json = (await res.json().catch(() => null)) as unknown;
     if (res.ok) return json as T;
@@ -184,12 +183,23 @@ export class WarrantClient {
   }
 }
 
+/** Why a fetch failed in the socket's words (ECONNREFUSED, ENOTFOUND, …): undici only says "fetch failed". */
+function networkCause(e: unknown): string {
+  const cause = (e as { cause?: { code?: unknown; message?: unknown } } | null)?.cause;
+  if (typeof cause?.code === 'string') return cause.code;
+  if (typeof cause?.message === 'string') return cause.message;
+  return e instanceof Error ? e.message : String(e);
+}
+
 /**
  * Verifies a receipt offline against the authority's audit keys (a JWK set, or the URL of
  * `/.well-known/warrant-audit-keys.json`, fetched once per call): the row hashes to its hash, the
  * checkpoint is signed by an audit key, and the inclusion proof leads from the row to its root.
  */
 export async function verifyReceipt(receipt: unknown, auditKeys: URL | JSONWebKeySet): Promise<ReceiptCheck> {
+  // Loaded on first use: the receipt code brings zod and the hashing libraries, which a client that
+  // only mints and approves (or the CLI, once per call) need not load.
+  const [{ importAuditKeys }, { verifyReceipt: verifyWithKeys }] = await Promise.all([import('../audit/checkpoint.js'), import('../audit/receipt.js')]);
   const set = auditKeys instanceof URL ? ((await (await fetch(auditKeys)).json()) as unknown) : auditKeys;
   return verifyWithKeys(receipt, await importAuditKeys(set));
 }

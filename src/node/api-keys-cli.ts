@@ -12,7 +12,15 @@ import { readConfig, runMain } from './config.js';
 import { openConfiguredDatabase } from './db.js';
 
 const COMMAND = 'npm run api-keys';
-const USAGE = `usage: ${COMMAND} -- create TENANT NAME --role ROLE [--role ROLE …] [--ttl-s SECONDS] | list TENANT | revoke TENANT KEY_ID
+const HELP = {
+  create: 'create TENANT NAME --role ROLE [--role ROLE …] [--ttl-s SECONDS]   a new key, printed alone on the last line (shown once)',
+  list: 'list TENANT                                                        the keys of a tenant, without secrets (JSON lines)',
+  revoke: 'revoke TENANT KEY_ID                                               revoke a key (servers stop accepting it within 30 s)',
+};
+const USAGE = `usage: warrant api-keys COMMAND (or, in a checkout: ${COMMAND} -- COMMAND)
+  ${HELP.create}
+  ${HELP.list}
+  ${HELP.revoke}
 roles: ${ROLES.join(', ')}`;
 
 class Usage extends Error {}
@@ -73,6 +81,11 @@ async function run(store: Store, p: Parsed): Promise<number> {
 }
 
 async function main(args: string[]): Promise<number> {
+  if (args.includes('--help') || args.includes('-h')) {
+    const command = args.find((a): a is keyof typeof HELP => a === 'create' || a === 'list' || a === 'revoke');
+    console.log(command === undefined ? USAGE : `usage: warrant api-keys ${HELP[command]}\nroles: ${ROLES.join(', ')}`);
+    return 0;
+  }
   let parsed: Parsed;
   try {
     parsed = parse(args);

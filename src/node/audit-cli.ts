@@ -29,9 +29,18 @@ import { FileSink, sinkFile } from './file-sink.js';
 import { keyFile, loadKeys } from './keyfile.js';
 
 const COMMAND = 'npm run audit';
-const USAGE = `usage: npm run audit -- verify [TENANT_NAME] [--checkpoints FILE|DIR] [--keys JWKS_FILE]
-       npm run audit -- checkpoint
-       npm run audit -- receipt verify [FILE] --keys JWKS_FILE`;
+const HELP = {
+  verify:
+    'verify [TENANT_NAME] [--checkpoints FILE|DIR] [--keys JWKS_FILE]\n' +
+    '      check the audit rows and chains against the exported signed checkpoints; exit 1 naming the first bad row',
+  checkpoint: 'checkpoint\n      make one checkpoint round now (for deployments whose servers do not)',
+  receipt: 'receipt verify [FILE] --keys JWKS_FILE\n      verify a receipt (FILE or stdin) offline',
+};
+const USAGE = `usage: warrant audit COMMAND (or, in a checkout: npm run audit -- COMMAND)
+  ${HELP.verify}
+  ${HELP.checkpoint}
+  ${HELP.receipt}
+With embedded PGlite, run verify and checkpoint while the server is stopped.`;
 
 class UsageError extends Error {}
 
@@ -142,6 +151,11 @@ async function receipt(config: Config, args: string[]): Promise<number> {
 
 async function main(args: string[]): Promise<number> {
   const [command, ...rest] = args;
+  if (args.includes('--help') || args.includes('-h')) {
+    const known = command === 'verify' || command === 'checkpoint' || command === 'receipt';
+    console.log(known ? `usage: warrant audit ${HELP[command]}` : USAGE);
+    return 0;
+  }
   const config = readConfig(process.env);
   try {
     if (command === 'receipt') return await receipt(config, rest);

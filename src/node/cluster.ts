@@ -8,6 +8,7 @@
  */
 import cluster from 'node:cluster';
 import { availableParallelism } from 'node:os';
+import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { log } from './config.js';
 
@@ -21,7 +22,9 @@ if (!Number.isInteger(count) || count < 1 || count > 64) {
   process.exit(1);
 }
 
-cluster.setupPrimary({ exec: fileURLToPath(new URL('./main.ts', import.meta.url)), execArgv: [...process.execArgv] });
+// main.js beside the compiled cluster.js (npm run start:cluster), main.ts beside the source under tsx.
+const entry = fileURLToPath(new URL(`./main${extname(fileURLToPath(import.meta.url))}`, import.meta.url));
+cluster.setupPrimary({ exec: entry, execArgv: [...process.execArgv] });
 let stopping = false;
 for (let i = 0; i < count; i += 1) cluster.fork();
 cluster.on('exit', (worker, code) => {

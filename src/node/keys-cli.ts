@@ -7,7 +7,21 @@
 import { readConfig, runMain } from './config.js';
 import { listKeyFile, rotateKeyFile } from './keyfile.js';
 
+const HELP = {
+  rotate: 'rotate [--audit]   append a new active key to the ring; older keys are kept to verify (restart the server to sign with it)',
+  list: 'list [--audit]     the key ids of the ring, the active one marked',
+};
+const USAGE = `usage: warrant keys COMMAND [--audit] (or, in a checkout: npm run keys -- COMMAND)
+  ${HELP.rotate}
+  ${HELP.list}
+The signing keys are in WARRANT_KEYS_DIR/signing-keys.json; --audit: the audit checkpoint keys (audit-keys.json).`;
+
 async function main(args: string[]): Promise<number> {
+  if (args.includes('--help') || args.includes('-h')) {
+    const command = args.find((a) => a === 'rotate' || a === 'list');
+    console.log(command === undefined ? USAGE : `usage: warrant keys ${HELP[command]}`);
+    return 0;
+  }
   const config = readConfig(process.env);
   const kind = args.includes('--audit') ? 'audit' : 'signing';
   args = args.filter((a) => a !== '--audit');
@@ -21,7 +35,7 @@ async function main(args: string[]): Promise<number> {
     for (const k of listKeyFile(config.keysDir, kind)) console.log(`${k.kid}${k.active ? '\tactive' : ''}`);
     return 0;
   }
-  console.error('usage: npm run keys -- rotate | list [--audit]');
+  console.error(USAGE);
   return 2;
 }
 

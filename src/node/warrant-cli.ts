@@ -1,41 +1,84 @@
 /**
- * `npx warrant <command>`: one tool for operators and scripts.
+ * `npx warrant <command>`: one tool for operators and scripts (`warrant --help`, `warrant COMMAND
+ * --help`). The database commands (tenant, api-keys, keys, audit) hand over to their own CLIs; the
+ * others call a running server: WARRANT_URL (default http://127.0.0.1:8080) and WARRANT_API_KEY
+ * (default: the embedded database's `<data dir>/default-api-key`). Output is JSON on stdout.
  *
- *   tenant create NAME | list          the tenant CLI (same database as the server)
- *   api-keys create|list|revoke …      scoped API keys of a tenant (roles, expiry)
- *   keys rotate | list                 the key CLI
- *   audit verify [NAME]                the offline audit chain check
- *   mint | attenuate | approve | revoke   POST the JSON body read from stdin to a running server
- *   capability ID | audit-log [QUERY] | verify-audit   the reads
- *   inspect TOKEN [JWKS_URL]           decode a token; verify it offline against a JWKS
- *
- * Against a server: WARRANT_URL (default http://127.0.0.1:8080) and WARRANT_API_KEY (default: the
- * embedded database's `<data dir>/default-api-key`). Output is JSON on stdout; exit 0 on success,
- * 1 on an error answer (printed), 2 on bad usage.
+ * Exit codes, so that a shell gate cannot pass a denied call (`warrant approve < call.json && run`):
+ * 0 success (approve: grant), 1 the server answered with an error, 2 bad usage, 3 approve answered
+ * deny, 4 the server (or the JWKS) could not be reached.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { JSONWebKeySet } from 'jose';
 import { WarrantClient, WarrantError, verifyOffline } from '../client/index.js';
-import { readConfig } from './config.js';
+import { httpFetch } from './http-fetch.js';
 
-const USAGE = `usage: warrant tenant|api-keys|keys|audit …  |  warrant mint|attenuate|approve|revoke < body.json
-       warrant capability ID | audit-log [query] | verify-audit | inspect TOKEN [JWKS_URL]`;
+/** The documented exit codes (README "Command line"). */
+export const EXIT = { ok: 0, error: 1, usage: 2, denied: 3, unreachable: 4 } as const;
 
-/** Hands over to one of the existing CLIs, which read their arguments from process.argv. */
+const DEFAULT_URL = 'http://127.0.0.1:8080';
+
+/** Each command's synopsis and what it does (`warrant COMMAND --help`). */
+const COMMANDS: Record<string, readonly [string, string]> = {
+  tenant: ['tenant create NAME | list', 'tenants, straight from the database (warrant tenant --help)'],
+  'api-keys': ['api-keys create|list|revoke …', 'scoped API keys of a tenant (warrant api-keys --help)'],
+  keys: ['keys rotate | list [--audit]', 'the signing and audit key rings (warrant keys --help)'],
+  audit: ['audit verify|checkpoint|receipt …', 'the offline audit checks (warrant audit --help)'],
+  mint: ['mint < body.json', 'POST /v1/capabilities with the JSON body on stdin'],
+  attenuate: ['attenuate < body.json', 'POST /v1/attenuate with the JSON body on stdin'],
+  approve: ['approve < body.json', 'POST /v1/approve with the JSON body on stdin; exit 0 on grant, 3 on deny\n(the decision is printed either way)'],
+  revoke: ['revoke < body.json', 'POST /v1/revoke with the JSON body on stdin'],
+  capability: ['capability ID', 'GET /v1/capabilities/ID'],
+  'audit-log': ['audit-log [QUERY]', 'GET /v1/audit?QUERY (e.g. trajectory_id=t1&limit=10)'],
+  'verify-audit': ['verify-audit', 'GET /v1/audit/verify'],
+  inspect: [
+    'inspect TOKEN|-|FILE [JWKS_URL]',
+    'decode a token and verify it offline against the JWKS (default WARRANT_URL/.well-known/jwks.json);\n' +
+      '- reads the token from stdin, FILE from a file (either keeps it out of `ps`)',
+  ],
+};
+
+const HELP: Record<string, string> = Object.fromEntries(
+  Object.entries(COMMANDS).map(([name, [synopsis, what]]) => [name, `warrant ${synopsis.padEnd(34)} ${what.replaceAll('\n', `\n${' '.repeat(43)}`)}`]),
+);
+
+const FOOTER = `
+Against a server: WARRANT_URL (default ${DEFAULT_URL}), WARRANT_API_KEY (default: <data dir>/default-api-key).
+Exit codes: 0 success (approve: grant), 1 the server answered with an error, 2 bad usage, 3 approve denied,
+4 the server or JWKS could not be reached.`;
+
+const USAGE = `usage: warrant COMMAND [ARGS] (warrant COMMAND --help)\n\n${Object.values(HELP).join('\n')}\n${FOOTER}`;
+
+class UsageError extends Error {}
+
+/** A request that never reached the server; `url` is what was tried. */
+class Unreachable extends Error {}
+
+const isHelp = (args: readonly string[]): boolean => args.includes('--help') || args.includes('-h');
+
+/** Hands over to one of the database CLIs, which read their arguments from process.argv. */
 async function delegate(script: string, args: string[]): Promise<void> {
   process.argv = [process.argv[0] as string, script, ...args];
   await import(script);
 }
 
-function client(): WarrantClient {
-  const config = readConfig(process.env);
-  const keyFile = join(config.dataDir, 'default-api-key');
-  const apiKey = process.env.WARRANT_API_KEY?.trim() || (existsSync(keyFile) ? readFileSync(keyFile, 'utf8').trim() : '');
-  if (apiKey === '') throw new UsageError('set WARRANT_API_KEY (or run beside an embedded database with a default-api-key)');
-  return new WarrantClient({ baseUrl: process.env.WARRANT_URL?.trim() || 'http://127.0.0.1:8080', apiKey });
+function baseUrl(): string {
+  return process.env.WARRANT_URL?.trim() || DEFAULT_URL;
 }
 
-class UsageError extends Error {}
+/** WARRANT_API_KEY, else the embedded database's default key (config.js, and the store code it
+ * pulls in, is loaded only then: a call with a key set starts faster). */
+async function client(): Promise<WarrantClient> {
+  let apiKey = process.env.WARRANT_API_KEY?.trim() ?? '';
+  if (apiKey === '') {
+    const { readConfig } = await import('./config.js');
+    const keyFile = join(readConfig(process.env).dataDir, 'default-api-key');
+    if (existsSync(keyFile)) apiKey = readFileSync(keyFile, 'utf8').trim();
+  }
+  if (apiKey === '') throw new UsageError('set WARRANT_API_KEY (or run beside an embedded database with a default-api-key)');
+  return new WarrantClient({ baseUrl: baseUrl(), apiKey, fetch: httpFetch });
+}
 
 function stdinJson(): unknown {
   const text = readFileSync(0, 'utf8');
@@ -54,55 +97,120 @@ function decodePart(part: string | undefined): unknown {
   }
 }
 
-async function run(command: string | undefined, args: string[]): Promise<unknown> {
-  switch (command ?? '') {
+/** The token to inspect: `-` reads stdin, an existing file is read, anything else is the token itself. */
+function tokenFrom(arg: string): string {
+  if (arg === '-') return readFileSync(0, 'utf8').trim();
+  if (existsSync(arg)) return readFileSync(arg, 'utf8').trim();
+  return arg;
+}
+
+/** Why a fetch failed, in the words of the socket (ECONNREFUSED, ENOTFOUND, …) rather than "fetch failed". */
+function networkCause(e: unknown): string {
+  const cause = (e as { cause?: { code?: unknown; message?: unknown } } | null)?.cause;
+  if (typeof cause?.code === 'string') return cause.code;
+  if (typeof cause?.message === 'string') return cause.message;
+  return e instanceof Error ? e.message : String(e);
+}
+
+/** The JWKS fetched here, so that an unreachable URL is reported as such and not as a bad token. */
+async function fetchJwks(url: URL): Promise<JSONWebKeySet> {
+  let res: Response;
+  try {
+    res = await httpFetch(url, { signal: AbortSignal.timeout(10_000) });
+  } catch (e) {
+    throw new Unreachable(`cannot reach ${url.href} (${networkCause(e)})`);
+  }
+  const body = (await res.json().catch(() => null)) as { keys?: unknown } | null;
+  if (!res.ok || !Array.isArray(body?.keys)) throw new Unreachable(`${url.href} answered ${res.status} without a JWK set`);
+  return body as JSONWebKeySet;
+}
+
+async function inspect(args: string[]): Promise<unknown> {
+  if (args[0] === undefined || args.length > 2) throw new UsageError(`usage: ${HELP.inspect}`);
+  const token = tokenFrom(args[0]);
+  if (token === '') throw new UsageError('inspect: the token is empty');
+  const [header, payload] = token.split('.');
+  let jwks: URL;
+  try {
+    jwks = new URL(args[1] ?? `${baseUrl()}/.well-known/jwks.json`);
+  } catch {
+    throw new UsageError(`inspect: JWKS_URL is not a URL: ${args[1] ?? baseUrl()}`);
+  }
+  return { header: decodePart(header), payload: decodePart(payload), verification: await verifyOffline(token, await fetchJwks(jwks)) };
+}
+
+async function run(command: string, args: string[]): Promise<unknown> {
+  switch (command) {
     case 'mint':
-      return client().mint(stdinJson() as never);
+      return (await client()).mint(stdinJson() as never);
     case 'attenuate':
-      return client().attenuate(stdinJson() as never);
+      return (await client()).attenuate(stdinJson() as never);
     case 'approve':
-      return client().approve(stdinJson() as never);
+      return (await client()).approve(stdinJson() as never);
     case 'revoke':
-      return { revoked: await client().revoke(stdinJson() as never) };
+      return { revoked: await (await client()).revoke(stdinJson() as never) };
     case 'capability':
-      if (args[0] === undefined) throw new UsageError('capability needs an ID');
-      return client().capability(args[0]);
+      if (args[0] === undefined) throw new UsageError(`usage: ${HELP.capability}`);
+      return (await client()).capability(args[0]);
     case 'audit-log':
-      return client().audit(Object.fromEntries(new URLSearchParams(args[0] ?? '')));
+      return (await client()).audit(Object.fromEntries(new URLSearchParams(args[0] ?? '')));
     case 'verify-audit':
-      return client().verifyAudit();
-    case 'inspect': {
-      const token = args[0];
-      if (token === undefined) throw new UsageError('inspect needs a TOKEN');
-      const [header, payload] = token.split('.');
-      const jwks = args[1] ?? `${process.env.WARRANT_URL?.trim() || 'http://127.0.0.1:8080'}/.well-known/jwks.json`;
-      return { header: decodePart(header), payload: decodePart(payload), verification: await verifyOffline(token, new URL(jwks)) };
-    }
+      return (await client()).verifyAudit();
+    case 'inspect':
+      return inspect(args);
     default:
       throw new UsageError(USAGE);
   }
 }
 
-async function main(argv: string[]): Promise<void> {
-  const [command, ...args] = argv;
+/** Prints the outcome and gives the exit code. */
+function report(e: unknown): number {
+  if (e instanceof UsageError) {
+    console.error(e.message);
+    return EXIT.usage;
+  }
+  if (e instanceof Unreachable) {
+    console.error(`warrant: ${e.message}`);
+    return EXIT.unreachable;
+  }
+  if (e instanceof WarrantError && e.code === 'network') {
+    console.error(`warrant: ${e.message}; is the server running there? (WARRANT_URL)`);
+    return EXIT.unreachable;
+  }
+  if (e instanceof WarrantError) {
+    console.log(JSON.stringify({ error: { status: e.status, code: e.code, message: e.message, ...e.details } }, null, 2));
+    return EXIT.error;
+  }
+  console.error(`warrant: ${e instanceof Error ? e.message : String(e)}`);
+  return EXIT.error;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [command = '', ...args] = argv;
   const delegated: Record<string, string> = { tenant: './tenant-cli.js', 'api-keys': './api-keys-cli.js', keys: './keys-cli.js', audit: './audit-cli.js' };
-  const script = command === undefined ? undefined : delegated[command];
-  if (script !== undefined) return delegate(script, args);
+  const script = delegated[command];
+  if (script !== undefined) {
+    await delegate(script, args);
+    return -1;
+  }
+  if (command === '--help' || command === '-h' || command === 'help') {
+    console.log(USAGE);
+    return EXIT.ok;
+  }
+  const help = HELP[command];
+  if (help !== undefined && isHelp(args)) {
+    console.log(`usage:\n${help}\n${FOOTER}`);
+    return EXIT.ok;
+  }
   try {
-    console.log(JSON.stringify(await run(command, args), null, 2));
-    process.exit(0);
+    const out = await run(command, args);
+    console.log(JSON.stringify(out, null, 2));
+    return command === 'approve' && (out as { decision?: unknown }).decision !== 'grant' ? EXIT.denied : EXIT.ok;
   } catch (e) {
-    if (e instanceof UsageError) {
-      console.error(e.message);
-      process.exit(2);
-    }
-    if (e instanceof WarrantError) {
-      console.log(JSON.stringify({ error: { status: e.status, code: e.code, message: e.message, ...e.details } }, null, 2));
-      process.exit(1);
-    }
-    console.error(`warrant: ${e instanceof Error ? e.message : String(e)}`);
-    process.exit(1);
+    return report(e);
   }
 }
 
-await main(process.argv.slice(2));
+const code = await main(process.argv.slice(2));
+// A delegated CLI exits by itself once its work is done.
+if (code >= 0) process.exit(code);
