@@ -237,7 +237,7 @@ describe('the operator page', () => {
     // the refused attenuation under the parent that asked for it
     const refusal = node(ids.reader as string).locator('.refusal');
     expect(await refusal.count()).toBe(1);
-    expect(await refusal.textContent()).toBe('refused attenuation for incident-1.reader.sub: right_widened: right write is not held by the parent');
+    expect(await refusal.textContent()).toBe('refused attenuation for incident-1.reader.sub: right_widened: rights: write is not held by the parent');
     expect(await page.locator('.refusal').count()).toBe(1);
     await page.close();
   });
