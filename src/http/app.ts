@@ -101,7 +101,6 @@ const routes = {
     operationId: 'attenuateCapability',
     tags: ['capabilities'],
     summary: 'Issue a child capability',
-    // issue 16: inherited limits, violations naming their field
     description:
       "Each predicate field the request omits takes the parent's bound (`max_depth`: one less than the parent's; `args`: the parent's list, when omitted as a whole), " +
       "as an omitted `ttl_s` takes the parent's remaining lifetime; the answer and the token carry the effective bounds. A field given looser than the parent's is refused: " +
@@ -119,7 +118,6 @@ const routes = {
       'With a `call_id`, a repeat (same token, op, target, cost and args) returns the first decision as it was made then, even if the capability ' +
       'was revoked, expired or spent since: marked `"replayed": true` with `decided_at`, charging nothing and writing no audit row. ' +
       'Other values under the same `call_id` are 409 `idempotency_conflict`. ' +
-      // issue 16: dry runs
       'With `"dry_run": true` the call is decided and audited (its row\'s detail marked `dry_run`) but nothing is charged and its `call_id` is not claimed; ' +
       'the answer, marked `"dry_run": true`, gives the budget and calls that would remain after it.',
     request: { body: body(ApproveBody, EXAMPLES.approve) },
@@ -180,7 +178,7 @@ const routes = {
     request: { params: z.strictObject({ id: KeyId }) },
     responses: RESPONSES.revokeKey,
   }),
-  // ---- issue 16, the operator's page: recent trajectories ----
+  // The operator's page: recent trajectories.
   trajectories: createRoute({
     method: 'get',
     path: '/v1/audit/trajectories',
@@ -190,7 +188,6 @@ const routes = {
     request: { query: z.strictObject({ limit: z.coerce.number().int().min(1).max(MAX_TRAJECTORIES).optional() }) },
     responses: RESPONSES.trajectories,
   }),
-  // ---- end issue 16 ----
   verify: createRoute({
     method: 'get',
     path: '/v1/audit/verify',
@@ -453,7 +450,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       ),
     );
   });
-  // issue 16: the operator's page opens on this summary
+  // The operator's page opens on this summary.
   app.openapi(routes.trajectories, async (c) =>
     send(c, await bounded(c, trajectoriesReply(deps.store, c.get('tenantId'), c.req.valid('query').limit ?? DEFAULT_TRAJECTORIES))),
   );
