@@ -5,7 +5,7 @@
 import { fromMicro } from './money.js';
 import { describe, isWithin } from './objects.js';
 import { failedArgBound, microOf } from './predicate.js';
-import type { CanonicalTarget, Deny, DenyCode, Right, Scalar, VerifiedCapability } from './types.js';
+import type { CanonicalTarget, Deny, DenyCode, Right, Scalar, SideEffect, VerifiedCapability } from './types.js';
 
 export interface ApproveRequest {
   readonly op: Right;
@@ -13,6 +13,8 @@ export interface ApproveRequest {
   /** Cost of this call in micro-units. */
   readonly cost: bigint;
   readonly args: Readonly<Record<string, Scalar>>;
+  /** The registered tool of a call by tool (issue 17); absent for a call by op. */
+  readonly tool?: { readonly name: string; readonly sideEffect: SideEffect };
 }
 
 /** Stored state of one capability of the chain, as read under lock in the deciding transaction. */
@@ -36,7 +38,7 @@ export const deny = (code: DenyCode, message: string): Deny => ({ decision: 'den
 
 /**
  * Checks that need only the token and the clock. Order of precedence for every deny code:
- * expired, not_yet_valid, revoked, right_missing, object_outside, cost_exceeds_max,
+ * expired, not_yet_valid, revoked, tool_not_allowed, right_missing, object_outside, cost_exceeds_max,
  * arg_violates_bound, budget_exhausted, calls_exhausted.
  */
 export function checkValidity(cap: VerifiedCapability, nowMs: number): Deny | null {
@@ -46,6 +48,14 @@ export function checkValidity(cap: VerifiedCapability, nowMs: number): Deny | nu
 }
 
 function checkRequest(cap: VerifiedCapability, req: ApproveRequest): Deny | null {
+  const tools = cap.predicate.tools;
+  if (tools !== undefined && (req.tool === undefined || !tools.includes(req.tool.name)))
+    return deny(
+      'tool_not_allowed',
+      req.tool === undefined
+        ? `the capability covers only the tools ${JSON.stringify(tools)}: approve by tool`
+        : `tool ${req.tool.name} is not among ${JSON.stringify(tools)}`,
+    );
   if (!cap.rights.includes(req.op)) return deny('right_missing', `right ${req.op} is not granted`);
   if (!cap.objects.some((o) => isWithin(req.target, o))) return deny('object_outside', `${describe(req.target)} lies within no object of the capability`);
   const max = cap.predicate.max_cost;
@@ -83,6 +93,14 @@ export function evaluateApprove(cap: VerifiedCapability, req: ApproveRequest, no
   const revoked = chain.find((l) => l.revoked);
   if (revoked !== undefined) return deny('revoked', revoked.id === cap.id ? 'the capability is revoked' : `ancestor ${revoked.id} is revoked`);
   return checkRequest(cap, req) ?? checkChain(chain, req.cost);
+}
+
+/**
+ * Whether a call by tool must wait for a person's approval (issue 17): irreversible calls always,
+ * and calls of any class the capability's predicate names in `approval_required`.
+ */
+export function needsApproval(cap: VerifiedCapability, sideEffect: SideEffect): boolean {
+  return sideEffect === 'irreversible' || (cap.predicate.approval_required ?? []).includes(sideEffect);
 }
 
 /** Budget and calls left over the chain without charging anything (for denials). */

@@ -4,7 +4,17 @@
  * capability and all its descendants, which the store enforces; here are the per-call bounds.
  */
 import { toMicro } from './money.js';
-import { ok, type ArgBound, type Canonical, type CanonicalPredicate, type RawPredicate, type Result, type Scalar, type Violation } from './types.js';
+import {
+  ok,
+  SIDE_EFFECTS,
+  type ArgBound,
+  type Canonical,
+  type CanonicalPredicate,
+  type RawPredicate,
+  type Result,
+  type Scalar,
+  type Violation,
+} from './types.js';
 
 export interface PredicateError {
   readonly path: string;
@@ -44,6 +54,9 @@ export function canonicalPredicate(p: RawPredicate): Result<CanonicalPredicate> 
     }
     out.args = args;
   }
+  // Sets: duplicates dropped; tools in the order given, classes in SIDE_EFFECTS order.
+  if (p.tools !== undefined) out.tools = [...new Set(p.tools)];
+  if (p.approval_required !== undefined && p.approval_required.length > 0) out.approval_required = SIDE_EFFECTS.filter((c) => p.approval_required?.includes(c));
   return ok(out as Canonical<RawPredicate>);
 }
 
@@ -120,6 +133,16 @@ export function predicateViolations(child: CanonicalPredicate, parent: Canonical
       out.push(widened('args', `no bound of the child on argument ${bound.arg} implies the parent's ${describeBound(bound)}`));
     }
   }
+  // issue 17: a tool allow-list can only narrow; approval requirements can only be added.
+  if (parent.tools !== undefined) {
+    if (child.tools === undefined) out.push(widened('tools', `the parent covers only ${JSON.stringify(parent.tools)}; the child must list a subset`));
+    else {
+      const extra = child.tools.filter((t) => !parent.tools?.includes(t));
+      if (extra.length > 0) out.push(widened('tools', `${JSON.stringify(extra)} not covered by the parent`));
+    }
+  }
+  const dropped = (parent.approval_required ?? []).filter((c) => !(child.approval_required ?? []).includes(c));
+  if (dropped.length > 0) out.push(widened('approval_required', `the child would drop the parent's approval requirement for ${dropped.join(', ')}`));
   return out;
 }
 
@@ -136,7 +159,15 @@ export function inheritPredicate(given: RawPredicate, child: CanonicalPredicate,
   const pick = <K extends PredicateField>(field: K): RawPredicate[K] => (given[field] === undefined ? parent[field] : child[field]);
   const depth = given.max_depth === undefined && parent.max_depth !== undefined && parent.max_depth > 0 ? parent.max_depth - 1 : child.max_depth;
   // In canonicalPredicate's field order, so equal predicates serialize alike; absent fields left out.
-  const out = { max_cost: pick('max_cost'), budget: pick('budget'), max_calls: pick('max_calls'), max_depth: depth, args: pick('args') };
+  const out = {
+    max_cost: pick('max_cost'),
+    budget: pick('budget'),
+    max_calls: pick('max_calls'),
+    max_depth: depth,
+    args: pick('args'),
+    tools: pick('tools'),
+    approval_required: pick('approval_required'),
+  };
   return Object.fromEntries(Object.entries(out).filter(([, v]) => v !== undefined)) as RawPredicate as CanonicalPredicate;
 }
 

@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { MAX_COST } from './money.js';
-import { RIGHTS } from './types.js';
+import { RIGHTS, SIDE_EFFECTS } from './types.js';
 
 // Postgres text and jsonb cannot hold NUL, and a lone surrogate has no UTF-8 form: refuse both
 // at the edge, so nothing reaches the store that it would change or reject.
@@ -69,12 +69,32 @@ export const ArgBound = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('max_length'), arg: ArgName, value: z.int().min(0).max(65536) }),
 ]);
 
+/** A registered tool's name (issue 17), as in `PUT /v1/tools/{name}`. */
+export const ToolName = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[A-Za-z0-9_.-]+$/);
+export const SideEffect = z.enum(SIDE_EFFECTS);
+
 export const Predicate = z.strictObject({
   max_cost: Cost.optional(),
   budget: Cost.optional(),
   max_calls: z.int().min(0).max(1_000_000_000).optional(),
   max_depth: z.int().min(0).max(32).optional(),
   args: z.array(ArgBound).max(64).optional(),
+  tools: z
+    .array(ToolName)
+    .max(64)
+    .optional()
+    .meta({
+      description:
+        'The registered tools this capability covers (issue 17): a call by op, or by another tool, is denied `tool_not_allowed`. A child may only narrow it.',
+    }),
+  approval_required: z.array(SideEffect).max(SIDE_EFFECTS.length).optional().meta({
+    description:
+      "Side-effect classes whose tool calls need a person's approval under this capability (`irreversible` always does). A child may add classes, never drop one.",
+  }),
 });
 
 const MAX_ARGS = 64;
@@ -109,13 +129,28 @@ export const AttenuateBody = z.strictObject({
   trajectory_id: TrajectoryId.optional(),
 });
 
+/**
+ * A tool call's arguments (issue 17): any JSON object, checked against the tool's registered schema
+ * (which itself keeps the five rules) rather than here; bounded by the body's 64 KiB.
+ */
+export const ToolArgs = z
+  .record(ArgName, z.json())
+  .refine((a) => Object.keys(a).length <= MAX_ARGS, `at most ${MAX_ARGS} arguments`)
+  .meta({ maxProperties: MAX_ARGS, propertyNames: z.toJSONSchema(ArgName, { target: 'openapi-3.0' }), 'x-checked-by': 'tool-schema' });
+
 export const ApproveBody = z.strictObject({
   token: Token,
-  op: Right,
-  target: TargetRef,
+  op: Right.optional().meta({ description: 'The right the call needs; with `target`, for a call by op. Not with `tool`.' }),
+  target: TargetRef.optional().meta({ description: 'What the call touches; with `op`. Not with `tool`.' }),
+  tool: ToolName.optional().meta({
+    description:
+      "A registered tool (issue 17): `args` are checked against its schema, and the call's op and target come from its definition. Not with `op`/`target`.",
+  }),
   cost: Cost,
   call_id: text(256).optional(),
-  args: Args.optional(),
+  args: ToolArgs.optional().meta({
+    description: 'For a call by op: at most 64 scalar values (string, number, boolean). For a call by tool: the JSON object its schema describes.',
+  }),
   // issue 16: decide and audit without charging
   dry_run: z
     .boolean()

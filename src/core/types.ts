@@ -33,6 +33,13 @@ export type ArgBound =
   | { readonly kind: 'one_of'; readonly arg: string; readonly values: readonly Scalar[] }
   | { readonly kind: 'max_length'; readonly arg: string; readonly value: number };
 
+/**
+ * A tool's side-effect class (issue 17), least to most dangerous: a destructive call needs a
+ * `call_id` so a retry cannot repeat its effect; an irreversible one also needs a person's approval.
+ */
+export const SIDE_EFFECTS = ['read_only', 'idempotent', 'destructive', 'irreversible'] as const;
+export type SideEffect = (typeof SIDE_EFFECTS)[number];
+
 /** The predicate as it travels (API bodies, token claims): costs as decimal numbers. */
 export interface RawPredicate {
   readonly max_cost?: number;
@@ -40,6 +47,10 @@ export interface RawPredicate {
   readonly max_calls?: number;
   readonly max_depth?: number;
   readonly args?: readonly ArgBound[];
+  /** The registered tools this capability covers (issue 17); absent: any tool, and calls by op. */
+  readonly tools?: readonly string[];
+  /** Side-effect classes whose calls need a person's approval under this capability (irreversible always does). */
+  readonly approval_required?: readonly SideEffect[];
 }
 export type CanonicalPredicate = Canonical<RawPredicate>;
 
@@ -84,6 +95,13 @@ export const DENY_CODES = [
   'arg_violates_bound',
   'budget_exhausted',
   'calls_exhausted',
+  // issue 17: approve by tool
+  'unknown_tool',
+  'args_invalid',
+  'call_id_required',
+  'tool_not_allowed',
+  'approval_rejected',
+  'approval_expired',
 ] as const;
 export type DenyCode = (typeof DENY_CODES)[number];
 

@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { CompactSign, base64url, compactVerify, errors, type CryptoKey, type JWSHeaderParameters } from 'jose';
-import { ArgBound, Id, Rights, TrajectoryId } from '../core/schemas.js';
+import { ArgBound, Id, Rights, SideEffect, ToolName, TrajectoryId } from '../core/schemas.js';
 import type { CapabilityClaims, CanonicalObject, CanonicalPredicate, DenyCode, VerifiedCapability } from '../core/types.js';
 import { ALG, type KeyRing } from './keys.js';
 
@@ -29,6 +29,8 @@ const Claims = z.strictObject({
     max_calls: z.int().optional(),
     max_depth: z.int().optional(),
     args: z.array(ArgBound).optional(),
+    tools: z.array(ToolName).optional(),
+    approval_required: z.array(SideEffect).optional(),
   }),
   iat: z.int(),
   nbf: z.int(),

@@ -8,7 +8,7 @@ import type { Context, MiddlewareHandler, Next } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { ZodError } from 'zod';
-import { ApproveBody, AttenuateBody, Id, MintBody, RevokeBody, TrajectoryId } from '../core/schemas.js';
+import { ApproveBody, AttenuateBody, Id, MintBody, RevokeBody, text, ToolName, TrajectoryId } from '../core/schemas.js';
 import type { KeyRing } from '../crypto/keys.js';
 import { Deadline, DEFAULT_DEADLINE_MS, within } from '../store/deadline.js';
 import { ReadinessProbe } from '../store/readiness.js';
@@ -28,6 +28,8 @@ import { addUi } from './ui.js';
 import { DEFAULT_TRAJECTORIES, MAX_TRAJECTORIES, trajectoriesReply } from '../service/trajectories.js';
 import { keylessRoutes, RESPONSES } from './responses.js';
 import { EXAMPLES } from './examples.js';
+import { PutToolBody } from '../service/tools.js';
+import { MAX_WAIT_S } from '../service/approvals.js';
 
 export interface AppDeps {
   readonly store: Store;
@@ -79,11 +81,14 @@ const AuditQuery = z.strictObject({
   /** Every row of the trees rooted at this trajectory: a trajectory's view with its subagents' rows. */
   root_trajectory_id: TrajectoryId.optional(),
   capability_id: Id.optional(),
-  decision: z.enum(['grant', 'deny']).optional(),
-  event: z.enum(['mint', 'attenuate', 'approve', 'revoke', 'access']).optional(),
+  decision: z.enum(['grant', 'deny', 'pending']).optional(),
+  event: z.enum(['mint', 'attenuate', 'approve', 'revoke', 'access', 'approval', 'tool']).optional(),
   after: z.string().min(1).max(19).regex(/^\d+$/).optional(),
   limit: z.coerce.number().int().min(1).max(1000).optional(),
 });
+
+/** An approver's answer to a call waiting for a person (issue 17). */
+const ResolveBody = z.strictObject({ decision: z.enum(['approve', 'reject']), note: text(1024, 0).optional() });
 
 const routes = {
   mint: createRoute({
@@ -178,6 +183,72 @@ const routes = {
     request: { params: z.strictObject({ id: KeyId }) },
     responses: RESPONSES.revokeKey,
   }),
+  putTool: createRoute({
+    method: 'put',
+    path: '/v1/tools/{name}',
+    operationId: 'putTool',
+    tags: ['tools'],
+    summary: 'Register a tool of the tenant, or a new version of it (admin)',
+    description:
+      'The input schema must keep rules 1, 2, 3 and 5 on every nested schema (closed objects, every property required or given a default, every type bounded, ' +
+      'unions of objects tagged): otherwise 422 `tool_schema_refused` lists every violation. Rule 4 (units in names) comes back as `warnings`. ' +
+      'A changed definition is a new version (201); the same one again changes nothing (200).',
+    request: { params: z.strictObject({ name: ToolName }), body: body(PutToolBody, EXAMPLES.putTool) },
+    responses: RESPONSES.putTool,
+  }),
+  listTools: createRoute({
+    method: 'get',
+    path: '/v1/tools',
+    operationId: 'listTools',
+    tags: ['tools'],
+    summary: "The latest version of each of the tenant's tools",
+    responses: RESPONSES.listTools,
+  }),
+  getTool: createRoute({
+    method: 'get',
+    path: '/v1/tools/{name}',
+    operationId: 'getTool',
+    tags: ['tools'],
+    summary: 'A tool: its latest version, or the one asked for',
+    request: { params: z.strictObject({ name: ToolName }), query: z.strictObject({ version: z.coerce.number().int().min(1).max(1_000_000).optional() }) },
+    responses: RESPONSES.getTool,
+  }),
+  listApprovals: createRoute({
+    method: 'get',
+    path: '/v1/approvals',
+    operationId: 'listApprovals',
+    tags: ['approvals'],
+    summary: 'Calls waiting for a person (or approved, rejected, expired), the longest waiting first',
+    request: {
+      query: z.strictObject({
+        state: z.enum(['pending', 'approved', 'rejected', 'expired']).optional(),
+        limit: z.coerce.number().int().min(1).max(500).optional(),
+      }),
+    },
+    responses: RESPONSES.listApprovals,
+  }),
+  getApproval: createRoute({
+    method: 'get',
+    path: '/v1/approvals/{id}',
+    operationId: 'getApproval',
+    tags: ['approvals'],
+    summary: 'An approval, with the outcome of its call once resolved',
+    description: `With \`wait_s\` (at most ${MAX_WAIT_S}), the answer waits until the approval is resolved or expires, or that many seconds pass (a bounded long-poll).`,
+    request: { params: z.strictObject({ id: Id }), query: z.strictObject({ wait_s: z.coerce.number().int().min(0).max(MAX_WAIT_S).optional() }) },
+    responses: RESPONSES.getApproval,
+  }),
+  resolveApproval: createRoute({
+    method: 'post',
+    path: '/v1/approvals/{id}',
+    operationId: 'resolveApproval',
+    tags: ['approvals'],
+    summary: 'Approve or reject a call waiting for a person (approver, admin)',
+    description:
+      'Approving decides the call as approve would now and charges it, in the transaction that writes its audit row, once. ' +
+      'The same resolution again answers the approval as it stands; the other one, or any after it expired, is 409 `approval_resolved`.',
+    request: { params: z.strictObject({ id: Id }), body: body(ResolveBody, EXAMPLES.resolve) },
+    responses: RESPONSES.resolveApproval,
+  }),
   // The operator's page: recent trajectories.
   trajectories: createRoute({
     method: 'get',
@@ -230,7 +301,7 @@ async function parseBody(c: Context, next: Next): Promise<void> {
 
 /** Content type, size and JSON syntax of a POST body, each with its own error code. */
 const jsonBody: MiddlewareHandler = async (c, next) => {
-  if (c.req.method !== 'POST') return next();
+  if (c.req.method !== 'POST' && c.req.method !== 'PUT') return next();
   const type = c.req.header('content-type') ?? '';
   if (!/^application\/json\s*(;|$)/i.test(type)) throw new ApiError(415, 'unsupported_media_type', 'the body must be application/json');
   // With a Content-Length (and no chunked encoding) the size is known up front: deciding on it here
@@ -427,6 +498,27 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   );
   app.openapi(routes.revoke, async (c) =>
     send(c, counted('revoke', await admitted(() => authority.revoke(c.get('tenantId'), c.req.valid('json'), contextOf(c))))),
+  );
+  // issue 17: tools and approvals.
+  app.openapi(routes.putTool, async (c) =>
+    send(c, await authority.tools.put(c.get('tenantId'), c.req.valid('param').name, c.req.valid('json'), callerOf(c), c.get('deadline'))),
+  );
+  app.openapi(routes.listTools, async (c) => send(c, await bounded(c, authority.tools.list(c.get('tenantId')))));
+  app.openapi(routes.getTool, async (c) =>
+    send(c, await bounded(c, authority.tools.get(c.get('tenantId'), c.req.valid('param').name, c.req.valid('query').version))),
+  );
+  app.openapi(routes.listApprovals, async (c) => {
+    const q = c.req.valid('query');
+    return send(c, await bounded(c, authority.approvals.list(c.get('tenantId'), q.state ?? 'pending', q.limit ?? 100)));
+  });
+  app.openapi(routes.getApproval, async (c) => {
+    const waitS = c.req.valid('query').wait_s ?? 0;
+    // A long-poll is bounded by its wait, not by a decision's deadline.
+    const deadline = Deadline.in(waitS * 1000 + (deps.deadlineMs ?? DEFAULT_DEADLINE_MS));
+    return send(c, await bounded(c, authority.approvals.view(c.get('tenantId'), c.req.valid('param').id, waitS), deadline));
+  });
+  app.openapi(routes.resolveApproval, async (c) =>
+    send(c, await admitted(() => authority.approvals.resolve(c.get('tenantId'), c.req.valid('param').id, c.req.valid('json'), callerOf(c), c.get('deadline')))),
   );
   app.openapi(routes.createKey, async (c) => send(c, await bounded(c, keyAdmin.create(c.get('tenantId'), c.req.valid('json')))));
   app.openapi(routes.listKeys, async (c) => send(c, await bounded(c, keyAdmin.list(c.get('tenantId')))));

@@ -52,6 +52,24 @@ const entry = {
   prev_hash: PREV,
 };
 
+/** The shell of the four-tool catalog (issue 17), as registered. */
+const SHELL_TOOL = {
+  description: 'Run a shell command in the workspace.',
+  input_schema: {
+    type: 'object',
+    additionalProperties: false,
+    required: ['command', 'cwd', 'timeout_ms'],
+    properties: {
+      command: { type: 'string', minLength: 1, maxLength: 8192 },
+      cwd: { type: 'string', maxLength: 4096, pattern: '^/' },
+      timeout_ms: { type: 'integer', minimum: 1000, maximum: 300000 },
+    },
+  },
+  side_effect: 'irreversible',
+  right: 'execute',
+  target: { pointer: '/cwd', kind: 'path' },
+};
+
 export const EXAMPLES = {
   mint: {
     trajectory_id: 't-1',
@@ -152,6 +170,48 @@ export const EXAMPLES = {
   jwks: { keys: [{ kty: 'OKP', crv: 'Ed25519', x: '11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo', kid: 'AbCdEfGhIjKlMnOp', alg: 'EdDSA', use: 'sig' }] },
   health: { ok: true },
   openapi: { openapi: '3.1.0', info: { title: 'Warrant', version: '1.0.0' }, paths: {} },
+  putTool: SHELL_TOOL,
+  tool: { name: 'shell', version: 1, ...SHELL_TOOL, warnings: [], created_at: '2026-12-03T07:00:00.000Z' },
+  approveTool: { token: TOKEN, tool: 'shell', args: { command: 'rm -rf build', timeout_ms: 30000 }, cost: 0.05, call_id: 'call-42' },
+  pending: {
+    decision: 'pending',
+    reason: null,
+    approval_id: 'apv_Jx1o0tV4QmSQm2cPq0Zz5A',
+    expires_at: '2026-12-03T07:33:02.114Z',
+    capability_id: 'cap_cxzI_y_gvZYtYEVnDtXnnA',
+    audit_id: 'aud_D-y8cbxpLuDHrCtUsoabIg',
+    budget_remaining: null,
+    calls_remaining: null,
+  },
+  resolve: { decision: 'approve', note: 'checked with the user' },
+  approval: {
+    approval_id: 'apv_Jx1o0tV4QmSQm2cPq0Zz5A',
+    state: 'approved',
+    tool: 'shell',
+    tool_version: 1,
+    side_effect: 'irreversible',
+    capability_id: 'cap_cxzI_y_gvZYtYEVnDtXnnA',
+    trajectory_id: 't-1',
+    call_id: 'call-42',
+    op: 'execute',
+    target: { kind: 'path', path: '/workspace/t-1' },
+    args: { command: 'rm -rf build', cwd: '/workspace/t-1', timeout_ms: 30000 },
+    cost: 0.05,
+    created_at: '2026-12-03T07:18:02.114Z',
+    expires_at: '2026-12-03T07:33:02.114Z',
+    resolved_at: '2026-12-03T07:19:40.000Z',
+    resolved_by: 'Qm9vX2tleV9p',
+    note: 'checked with the user',
+    outcome: {
+      decision: 'grant',
+      reason: null,
+      capability_id: 'cap_cxzI_y_gvZYtYEVnDtXnnA',
+      audit_id: 'aud_7QqkTLtaGSbzSRkmmg3D3w',
+      budget_remaining: 0.95,
+      calls_remaining: 9,
+      approval_id: 'apv_Jx1o0tV4QmSQm2cPq0Zz5A',
+    },
+  },
 
   /** One error of each kind, as its `error` object. */
   errors: {
@@ -168,6 +228,21 @@ export const EXAMPLES = {
       violations: [{ component: 'rights', code: 'right_widened', field: 'rights', detail: 'rights: write is not held by the parent' }],
     },
     not_found: { code: 'not_found', message: 'no such capability' },
+    approval_resolved: { code: 'approval_resolved', message: 'the approval is already rejected', state: 'rejected' },
+    tool_schema_refused: {
+      code: 'tool_schema_refused',
+      message: "the tool's schema breaks: open_object (input_schema), string_unbounded (input_schema/properties/command)",
+      violations: [
+        { rule: 1, code: 'open_object', field: 'input_schema', detail: '/: an object needs "additionalProperties": false (and no patternProperties)' },
+        {
+          rule: 3,
+          code: 'string_unbounded',
+          field: 'input_schema/properties/command',
+          detail: '/properties/command: a string needs maxLength, pattern or enum',
+        },
+      ],
+      warnings: [],
+    },
     idempotency: { code: 'idempotency_conflict', message: 'this idempotency key was used with a different request' },
     not_yet_covered: { code: 'not_yet_covered', message: 'no signed checkpoint covers this entry yet; retry after 10 s', retry_after_s: 10 },
     payload_too_large: { code: 'payload_too_large', message: 'the body must be at most 65536 bytes' },

@@ -6,7 +6,8 @@
  */
 import { z } from '@hono/zod-openapi';
 import { Id, ObjectRef, Predicate, Right, TargetRef, TrajectoryId } from '../core/schemas.js';
-import { DENY_CODES, VIOLATION_CODES, VIOLATION_COMPONENTS } from '../core/types.js';
+import { DENY_CODES, SIDE_EFFECTS, VIOLATION_CODES, VIOLATION_COMPONENTS } from '../core/types.js';
+import { TOOL_SCHEMA_CODES } from '../core/tool-schema.js';
 import { ROLES } from '../service/keys.js';
 import { EXAMPLES } from './examples.js';
 
@@ -58,22 +59,99 @@ const decisionFields = {
     .optional()
     .openapi({ description: 'Present on the answer to `"dry_run": true`: decided and audited, nothing charged; the remaining values are as they would be.' }),
 };
-export const DenyReason = z.object({ code: DenyCode, message: z.string() }).openapi('DenyReason');
-const Grant = z.object({ decision: z.literal('grant'), reason: z.null(), ...decisionFields }).openapi('Grant');
-const Deny = z.object({ decision: z.literal('deny'), reason: DenyReason, ...decisionFields }).openapi('Deny');
-export const ApproveResponse = z.discriminatedUnion('decision', [Grant, Deny]).openapi('ApproveResponse');
+const ArgFailure = z.object({ path: z.string(), message: z.string() });
+export const DenyReason = z
+  .object({
+    code: DenyCode,
+    message: z.string(),
+    fields: z.array(ArgFailure).optional().openapi({ description: '`args_invalid`: every failing argument path (`args.timeout_ms`) and why.' }),
+  })
+  .openapi('DenyReason');
+const toolFields = {
+  approval_id: Id.optional().openapi({ description: 'A call that waited for a person (issue 17): its approval.' }),
+  approval_required: z.literal(true).optional().openapi({ description: "A dry run of a call by tool that would wait for a person's approval." }),
+};
+const Grant = z.object({ decision: z.literal('grant'), reason: z.null(), ...decisionFields, ...toolFields }).openapi('Grant');
+const Deny = z.object({ decision: z.literal('deny'), reason: DenyReason, ...decisionFields, ...toolFields }).openapi('Deny');
+const Pending = z
+  .object({
+    decision: z.literal('pending'),
+    reason: z.null(),
+    approval_id: Id,
+    expires_at: DateTime.openapi({ description: 'Unresolved by then, the call is denied `approval_expired`.' }),
+    capability_id: Id,
+    audit_id: Id,
+    budget_remaining: z.null(),
+    calls_remaining: z.null(),
+    replayed: z.literal(true).optional(),
+    decided_at: DateTime.nullable().optional(),
+  })
+  .openapi('Pending', { description: "The call waits for a person's approval; nothing is charged yet." });
+export const ApproveResponse = z.discriminatedUnion('decision', [Grant, Deny, Pending]).openapi('ApproveResponse');
+
+// ---- tools and approvals (issue 17) ---------------------------------------------------------------
+
+const SchemaFinding = z.object({
+  rule: z.int().min(1).max(5).optional().openapi({ description: 'Which of the five rules (absent for a target that names no required string).' }),
+  code: z.enum([...TOOL_SCHEMA_CODES, 'target_invalid']),
+  field: z.string().openapi({ description: 'Where: `input_schema` followed by the JSON pointer of the schema at fault, or `target.pointer`.' }),
+  detail: z.string(),
+});
+export const Tool = z
+  .object({
+    name: z.string(),
+    version: z.int().min(1),
+    description: z.string(),
+    input_schema: z.record(z.string(), z.unknown()),
+    side_effect: z.enum(SIDE_EFFECTS),
+    right: Right,
+    target: z.object({ pointer: z.string(), kind: z.enum(['path', 'host', 'repo', 'url']) }),
+    warnings: z.array(SchemaFinding).openapi({ description: 'Rule 4: numeric fields named like durations or sizes without a unit.' }),
+    created_at: DateTime,
+  })
+  .openapi('Tool');
+export const ToolList = z.object({ tools: z.array(Tool) }).openapi('ToolList');
+export const Approval = z
+  .object({
+    approval_id: Id,
+    state: z.enum(['pending', 'approved', 'rejected', 'expired']),
+    tool: z.string(),
+    tool_version: z.int().min(1),
+    side_effect: z.enum(SIDE_EFFECTS),
+    capability_id: Id,
+    trajectory_id: TrajectoryId,
+    call_id: z.string().nullable(),
+    op: Right,
+    target: TargetRef,
+    args: z.record(z.string(), z.unknown()),
+    cost: z.number().min(0),
+    created_at: DateTime,
+    expires_at: DateTime,
+    resolved_at: DateTime.nullable(),
+    resolved_by: z.string().nullable().openapi({ description: 'The API key id that approved or rejected it; null while pending or when it expired.' }),
+    note: z.string().nullable(),
+    outcome: z
+      .union([Grant, Deny])
+      .nullable()
+      .openapi({
+        description:
+          "The call's decision once resolved: granted (charged then, once) or denied (`approval_rejected`, `approval_expired`, or as approve would deny it now).",
+      }),
+  })
+  .openapi('Approval');
+export const ApprovalList = z.object({ approvals: z.array(Approval) }).openapi('ApprovalList');
 
 export const RevokeResponse = z
   .object({ revoked: z.array(Id).openapi({ description: 'The capability and every descendant revoked by this call.' }) })
   .openapi('RevokeResponse');
 
-const AuditEvent = z.enum(['mint', 'attenuate', 'approve', 'revoke', 'access']);
+const AuditEvent = z.enum(['mint', 'attenuate', 'approve', 'revoke', 'access', 'approval', 'tool']);
 const ReasonCode = z.enum([...DENY_CODES, ...VIOLATION_CODES, 'forbidden']).openapi('ReasonCode');
 const auditFields = {
   id: Id,
   at: DateTime,
   event: AuditEvent,
-  decision: z.enum(['grant', 'deny']),
+  decision: z.enum(['grant', 'deny', 'pending']),
   reason_code: ReasonCode.nullable(),
   capability_id: Id.nullable(),
   parent_id: Id.nullable(),
@@ -214,6 +292,11 @@ const ERROR_KINDS = {
   }),
   not_found: errorKind('NotFound', ['not_found']),
   idempotency: errorKind('IdempotencyConflict', ['idempotency_conflict', 'in_flight']),
+  approval_resolved: errorKind('ApprovalResolved', ['approval_resolved'], { state: z.enum(['approved', 'rejected', 'expired']) }),
+  tool_schema_refused: errorKind('ToolSchemaRefused', ['tool_schema_refused'], {
+    violations: z.array(SchemaFinding).min(1),
+    warnings: z.array(SchemaFinding),
+  }),
   not_yet_covered: errorKind('NotYetCovered', ['not_yet_covered'], { retry_after_s: z.int().min(1) }),
   payload_too_large: errorKind('PayloadTooLarge', ['payload_too_large']),
   unsupported_media_type: errorKind('UnsupportedMediaType', ['unsupported_media_type']),
@@ -233,6 +316,7 @@ const DESCRIPTIONS: Record<number, string> = {
   409: 'conflict',
   413: 'body over 64 KiB',
   415: 'body not application/json',
+  422: 'a tool schema that breaks the five rules: every violation listed',
   503: 'unavailable: fails closed, nothing granted',
 };
 
@@ -285,6 +369,19 @@ export const RESPONSES = {
   createKey: { 201: ok(CreatedApiKey, 'the key, with its secret this once', EXAMPLES.createdKey), ...errors(POST) },
   listKeys: { 200: ok(ApiKeyList, 'the keys', EXAMPLES.keyList), ...errors(V1) },
   revokeKey: { 200: ok(ApiKey, 'the revoked key', EXAMPLES.revokedKey), ...errors({ ...PARAM, 404: ['not_found'] }) },
+  putTool: {
+    200: ok(Tool, 'unchanged: the current version', EXAMPLES.tool),
+    201: ok(Tool, 'a new version', EXAMPLES.tool),
+    ...errors({ ...POST, 422: ['tool_schema_refused'] }),
+  },
+  listTools: { 200: ok(ToolList, 'the latest version of each tool', { tools: [EXAMPLES.tool] }), ...errors(V1) },
+  getTool: { 200: ok(Tool, 'the tool', EXAMPLES.tool), ...errors({ ...PARAM, 404: ['not_found'] }) },
+  listApprovals: { 200: ok(ApprovalList, 'the approvals in that state', { approvals: [EXAMPLES.approval] }), ...errors(PARAM) },
+  getApproval: { 200: ok(Approval, 'the approval', EXAMPLES.approval), ...errors({ ...PARAM, 404: ['not_found'] }) },
+  resolveApproval: {
+    200: ok(Approval, 'the approval, resolved', EXAMPLES.approval),
+    ...errors({ ...POST, 404: ['not_found'], 409: ['approval_resolved'] }),
+  },
 };
 
 /** A route without a key: documented here, served by a plain handler in app.ts. */

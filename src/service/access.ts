@@ -16,6 +16,8 @@ function eventOf(route: string): AuditDraft['event'] {
     'POST /v1/attenuate': 'attenuate',
     'POST /v1/approve': 'approve',
     'POST /v1/revoke': 'revoke',
+    'PUT /v1/tools/:name': 'tool',
+    'POST /v1/approvals/:id': 'approval',
   };
   return events[route] ?? 'access';
 }

@@ -19,7 +19,10 @@ function bounded(s: string): { value: string; truncated: boolean } {
  * shows as sent; the resolved one is the row's `target`) and the args, strings bounded; the deny
  * message when denied.
  */
-export function approveDetail(req: { requested: ApproveBody['target']; args: Record<string, unknown> }, message: string | null): Record<string, unknown> {
+export function approveDetail(
+  req: { requested: NonNullable<ApproveBody['target']> | null; args: Readonly<Record<string, unknown>> },
+  message: string | null,
+): Record<string, unknown> {
   let truncated = false;
   const cut = (v: unknown): unknown => {
     if (typeof v !== 'string') return v;
@@ -27,8 +30,14 @@ export function approveDetail(req: { requested: ApproveBody['target']; args: Rec
     truncated ||= b.truncated;
     return b.value;
   };
-  const requested = Object.fromEntries(Object.entries(req.requested).map(([k, v]) => [k, cut(v)]));
-  const args = Object.fromEntries(Object.entries(req.args).map(([k, v]) => [k, cut(v)]));
+  const requested = req.requested === null ? null : Object.fromEntries(Object.entries(req.requested).map(([k, v]) => [k, cut(v)]));
+  // Nested values of a call by tool are kept as a whole only when short; a long one is cut as its JSON text.
+  const args = Object.fromEntries(
+    Object.entries(req.args).map(([k, v]) => [
+      k,
+      typeof v === 'object' && v !== null && JSON.stringify(v).length > AUDIT_STRING_CHARS ? cut(JSON.stringify(v)) : cut(v),
+    ]),
+  );
   return {
     ...(message === null ? {} : { message }),
     requested_target: requested,

@@ -3,64 +3,155 @@
  * and the stored state of its chain, under its `call_id` when given, and answered only once its
  * audit row has committed. Moved out of authority.ts (STYLE: rooms that stay small).
  */
-import { checkValidity, deny, evaluateApprove, remainingOf, type ApproveRequest } from '../core/approve.js';
+import { checkValidity, deny, evaluateApprove, needsApproval, remainingOf, type ApproveRequest } from '../core/approve.js';
 import { fromMicro, toMicro } from '../core/money.js';
 import { canonicalTarget } from '../core/objects.js';
 import type { ApproveBody } from '../core/schemas.js';
-import type { Deny, VerifiedCapability } from '../core/types.js';
+import type { ArgError } from '../core/tool-args.js';
+import { atPointer } from '../core/tool-schema.js';
+import type { CanonicalTarget, Deny, RawTarget, Right, Scalar, SideEffect, VerifiedCapability } from '../core/types.js';
 import { hashJson, newId } from '../crypto/hash.js';
 import type { Fence } from '../store/idempotency.js';
 import type { DecisionUnit } from '../store/writer.js';
 import { approveDetail, dryRunDetail, replayedApproval } from './approve-record.js';
+import { askApproval, pendingBody } from './approvals.js';
 import type { Authority, Reply, RequestContext } from './authority.js';
 import { invalidRequest, type FieldError } from './errors.js';
 
-/** What approving borrows from the Authority: its token cache, idempotency, failure guard and writer. */
-export type DecisionKit = Pick<Authority, 'tokens' | 'idempotent' | 'guard' | 'submitAs'>;
+/** What approving borrows from the Authority: its token cache, idempotency, failure guard, writer, tools and approvals. */
+export type DecisionKit = Pick<Authority, 'tokens' | 'idempotent' | 'guard' | 'submitAs' | 'tools' | 'approvals'>;
+
+/** Postgres text and jsonb hold neither NUL nor lone surrogates (as schemas.ts `text` refuses them). */
+const UNSTORABLE = /\0|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/** Paths of strings in a JSON value that the store could not keep unchanged. */
+function unstorable(v: unknown, path: string, out: FieldError[]): void {
+  if (typeof v === 'string') {
+    if (UNSTORABLE.test(v)) out.push({ path, message: 'must not contain NUL or unpaired surrogates' });
+  } else if (Array.isArray(v)) v.forEach((x, i) => unstorable(x, `${path}.${i}`, out));
+  else if (typeof v === 'object' && v !== null) for (const [k, x] of Object.entries(v)) unstorable(x, `${path}.${k}`, out);
+}
+
+/** The target of a call by tool: the args' value at the tool's pointer, as an object of its kind. */
+function toolTarget(kind: 'path' | 'host' | 'repo' | 'url', value: string): RawTarget {
+  return kind === 'path' ? { kind, path: value } : kind === 'url' ? { kind, url: value } : { kind, name: value };
+}
 
 export class Approver {
   constructor(private readonly kit: DecisionKit) {}
 
   async approve(tenantId: string, body: ApproveBody, ctx: RequestContext = {}): Promise<Reply> {
-    const { caller, deadline } = ctx;
     const errors: FieldError[] = [];
-    const target = canonicalTarget(body.target);
-    if (!target.ok)
-      errors.push({ path: `target.${body.target.kind === 'url' ? 'url' : body.target.kind === 'path' ? 'path' : 'name'}`, message: target.error });
     const cost = toMicro(body.cost);
     if (!cost.ok) errors.push({ path: 'cost', message: cost.error });
-    if (!target.ok || !cost.ok) throw invalidRequest(errors);
+    if (body.tool !== undefined) {
+      for (const f of ['op', 'target'] as const) if (body[f] !== undefined) errors.push({ path: f, message: 'not with tool: the tool decides it' });
+      unstorable(body.args ?? {}, 'args', errors);
+      if (errors.length > 0 || !cost.ok) throw invalidRequest(errors);
+      return this.approveByTool(tenantId, body, body.tool, cost.value, ctx);
+    }
+    for (const f of ['op', 'target'] as const) if (body[f] === undefined) errors.push({ path: f, message: 'required (or name a tool)' });
+    for (const [k, v] of Object.entries(body.args ?? {}))
+      if (typeof v !== 'string' && typeof v !== 'number' && typeof v !== 'boolean')
+        errors.push({ path: `args.${k}`, message: 'a string, number or boolean (nested values only in a call by tool)' });
+    const raw = body.target;
+    const target = raw === undefined ? null : canonicalTarget(raw);
+    if (raw !== undefined && target !== null && !target.ok)
+      errors.push({ path: `target.${raw.kind === 'url' ? 'url' : raw.kind === 'path' ? 'path' : 'name'}`, message: target.error });
+    if (errors.length > 0 || !cost.ok || raw === undefined || target === null || !target.ok || body.op === undefined) throw invalidRequest(errors);
     const req: Call = {
       op: body.op,
       target: target.value,
       cost: cost.value,
       args: body.args ?? {},
-      requested: body.target,
+      requested: raw,
       dryRun: body.dry_run === true,
     };
-    // A dry run never claims its call_id: it must neither take the place of the real call nor be answered by its replay.
-    const callId = body.call_id ?? null;
-    const idemKey = callId === null || req.dryRun ? undefined : callId;
+    return this.decide(tenantId, body.token, req, body.call_id ?? null, null, ctx);
+  }
 
-    const verified = await this.kit.tokens.verify(body.token);
+  /**
+   * A call by tool (issue 17): the args checked against the tool's schema, op and target derived from
+   * its definition, `call_id` required for destructive and irreversible tools; then decided as any call.
+   */
+  private async approveByTool(tenantId: string, body: ApproveBody, name: string, cost: bigint, ctx: RequestContext): Promise<Reply> {
+    const callId = body.call_id ?? null;
+    const args = body.args ?? {};
+    const tool = await this.kit.guard(() => this.kit.tools.resolve(tenantId, name), ctx.deadline);
+    // Until the tool is known, the call's op and target are not: its rows name none.
+    const unknown: Call = {
+      op: null,
+      target: null,
+      cost,
+      args,
+      requested: null,
+      dryRun: body.dry_run === true,
+      tool: { name, version: 0, sideEffect: 'read_only' },
+    };
+    if (tool === null) return this.decide(tenantId, body.token, unknown, callId, deny('unknown_tool', `no tool ${name} is registered for this tenant`), ctx);
+    const { def, validator } = tool;
+    const about = { name, version: def.version, sideEffect: def.sideEffect };
+    const failures: ArgError[] = validator.check(args);
+    const value = atPointer(args, def.target.pointer);
+    const requested = typeof value === 'string' ? toolTarget(def.target.kind, value) : null;
+    const target = requested === null ? null : canonicalTarget(requested);
+    if (failures.length === 0 && target !== null && !target.ok) failures.push({ path: `args${def.target.pointer.replace(/\//g, '.')}`, message: target.error });
+    const req: Call = { op: def.right, target: target?.ok === true ? target.value : null, cost, args, requested, dryRun: body.dry_run === true, tool: about };
+    if (failures.length > 0 || req.target === null) {
+      const d: Deny & { fields: ArgError[] } = { ...deny('args_invalid', failures.map((f) => `${f.path}: ${f.message}`).join('; ')), fields: failures };
+      return this.decide(tenantId, body.token, req, callId, d, ctx);
+    }
+    if (callId === null && (def.sideEffect === 'destructive' || def.sideEffect === 'irreversible')) {
+      const d = deny('call_id_required', `${name} is ${def.sideEffect}: a call_id must make it idempotent, so a retry cannot repeat its effect`);
+      return this.decide(tenantId, body.token, req, callId, d, ctx);
+    }
+    return this.decide(tenantId, body.token, req, callId, null, ctx);
+  }
+
+  /** Verifies the token and decides the call under its call_id (`denied`: a denial known before the capability is read). */
+  private async decide(
+    tenantId: string,
+    token: string,
+    req: Call,
+    callId: string | null,
+    denied: (Deny & { fields?: readonly ArgError[] }) | null,
+    ctx: RequestContext,
+  ): Promise<Reply> {
+    const { caller, deadline } = ctx;
+    // A dry run never claims its call_id: it must neither take the place of the real call nor be answered by its replay.
+    const idemKey = callId === null || req.dryRun ? undefined : callId;
+    const verified = await this.kit.tokens.verify(token);
     if (!verified.ok) {
       const d = deny(verified.code, verified.message);
       return this.reply(await this.kit.guard(() => this.kit.submitAs(caller, this.unit(tenantId, null, null, req, callId, d), deadline)));
     }
     const cap = verified.capability;
-    if (cap.tenant !== tenantId) {
-      const d = deny('tenant_mismatch', 'the capability belongs to another tenant');
-      return this.reply(await this.kit.guard(() => this.kit.submitAs(caller, this.unit(tenantId, null, null, req, callId, d), deadline)));
+    if (cap.tenant !== tenantId || denied !== null) {
+      // The token's own denials come first: a foreign token learns nothing of this tenant's tools.
+      const mismatch = cap.tenant !== tenantId;
+      const d = mismatch ? deny('tenant_mismatch', 'the capability belongs to another tenant') : (denied as Deny);
+      const owner = mismatch ? null : cap;
+      return this.reply(await this.kit.guard(() => this.kit.submitAs(caller, this.unit(tenantId, null, owner, req, callId, d), deadline)));
     }
     // Hashed only when a call_id asks for idempotency: it is on every approval's path otherwise.
-    const requestHash = idemKey === undefined ? undefined : hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args });
+    const requestHash =
+      idemKey === undefined
+        ? undefined
+        : hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args, ...(req.tool === undefined ? {} : { tool: req.tool.name }) });
     const outcome = await this.kit.idempotent(
       { tenantId, scope: 'approve', key: idemKey === undefined ? undefined : `${cap.id}:${idemKey}` },
       requestHash,
       (fence) => this.kit.submitAs(caller, this.unit(tenantId, fence, cap, req, callId, null), deadline),
       deadline,
     );
-    return 'replay' in outcome ? replayedApproval(outcome.replay) : this.reply(outcome.result);
+    if (!('replay' in outcome)) return this.reply(outcome.result);
+    const first = outcome.replay.body as Record<string, unknown>;
+    // A call that waited for a person: its repeat learns the outcome once there is one (issue 17).
+    if (first.decision === 'pending' && typeof first.approval_id === 'string') {
+      const now = await this.kit.approvals.outcomeOf(tenantId, first.approval_id, first);
+      return replayedApproval({ status: 200, body: now });
+    }
+    return replayedApproval(outcome.replay);
   }
 
   private unit(
@@ -69,7 +160,7 @@ export class Approver {
     cap: VerifiedCapability | null,
     req: Call,
     callId: string | null,
-    preDenied: Deny | null,
+    preDenied: (Deny & { fields?: readonly ArgError[] }) | null,
   ): DecisionUnit<ApproveResult> {
     return {
       tenantId,
@@ -84,9 +175,21 @@ export class Approver {
           if (invalid !== null) decision = invalid;
           else if (chain[chain.length - 1]?.id !== cap.id) decision = deny('bad_token', 'the capability is not known to this authority');
           else {
-            const d = evaluateApprove(cap, req, now.getTime(), chain);
+            const d =
+              req.target === null || req.op === null
+                ? deny('args_invalid', 'no target')
+                : evaluateApprove(cap, { ...req, op: req.op, target: req.target, args: req.args as Record<string, Scalar> }, now.getTime(), chain);
             decision = d;
-            if (d.decision === 'grant') {
+            if (d.decision === 'grant' && req.tool !== undefined && !req.dryRun && needsApproval(cap, req.tool.sideEffect)) {
+              // Nothing is charged until a person approves (src/service/approvals.ts charges it then).
+              const asked = await askApproval(
+                tx,
+                tenantId,
+                { cap, tool: req.tool, callId, op: req.op as Right, target: req.target as CanonicalTarget, args: req.args, cost: req.cost },
+                now,
+              );
+              decision = { decision: 'pending', approvalId: asked.id, expiresAt: asked.expiresAt };
+            } else if (d.decision === 'grant') {
               // A dry run answers what the call would leave (remaining after it) and charges nothing.
               if (!req.dryRun)
                 await tx.charge(
@@ -98,7 +201,14 @@ export class Approver {
           }
         }
         const auditId = newId('aud');
-        const result: ApproveResult = { decision, remaining, auditId, capabilityId: cap?.id ?? null, dryRun: req.dryRun };
+        const result: ApproveResult = {
+          decision,
+          remaining,
+          auditId,
+          capabilityId: cap?.id ?? null,
+          dryRun: req.dryRun,
+          approvalNeeded: req.dryRun && req.tool !== undefined && cap !== null && needsApproval(cap, req.tool.sideEffect),
+        };
         return {
           result,
           // Stored on the idempotency record only; without a call_id nothing would read it.
@@ -119,6 +229,8 @@ export class Approver {
             detail: {
               ...approveDetail(req, decision.decision === 'deny' ? decision.message : null),
               ...(req.dryRun ? dryRunDetail(callId) : {}),
+              ...(req.tool === undefined ? {} : { tool: req.tool.name, tool_version: req.tool.version }),
+              ...(decision.decision === 'pending' ? { approval_id: decision.approvalId, expires_at: decision.expiresAt.toISOString() } : {}),
             },
           },
         };
@@ -131,29 +243,50 @@ export class Approver {
   }
 }
 
-/** A call to decide, as validated; `requested` is the target as sent, for the audit row. */
-interface Call extends ApproveRequest {
-  readonly requested: ApproveBody['target'];
+/**
+ * A call to decide, as validated; `requested` is the target as sent (or as the tool's pointer found
+ * it), for the audit row. `target` is null only for a call by tool denied before it had one.
+ */
+interface Call extends Omit<ApproveRequest, 'op' | 'target' | 'args' | 'tool'> {
+  readonly op: Right | null;
+  readonly target: CanonicalTarget | null;
+  readonly args: Readonly<Record<string, unknown>>;
+  readonly requested: RawTarget | null;
   /** Decide and audit, but charge nothing and claim no call_id (issue 16). */
   readonly dryRun: boolean;
+  readonly tool?: { readonly name: string; readonly version: number; readonly sideEffect: SideEffect };
+}
+
+/** A call by tool waiting for a person's approval (issue 17). */
+interface Pending {
+  readonly decision: 'pending';
+  readonly approvalId: string;
+  readonly expiresAt: Date;
 }
 
 interface ApproveResult {
-  readonly decision: Deny | { decision: 'grant' };
+  readonly decision: (Deny & { fields?: readonly ArgError[] }) | { decision: 'grant' } | Pending;
   readonly remaining: { budgetRemaining: bigint | null; callsRemaining: number | null };
   readonly auditId: string;
   readonly capabilityId: string | null;
   readonly dryRun: boolean;
+  /** A dry run of a call by tool that would wait for a person's approval. */
+  readonly approvalNeeded: boolean;
 }
 
 function approveBody(r: ApproveResult): Record<string, unknown> {
+  if (r.decision.decision === 'pending') return pendingBody(r.decision.approvalId, r.decision.expiresAt, r.capabilityId as string, r.auditId);
   return {
     decision: r.decision.decision,
-    reason: r.decision.decision === 'deny' ? { code: r.decision.code, message: r.decision.message } : null,
+    reason:
+      r.decision.decision === 'deny'
+        ? { code: r.decision.code, message: r.decision.message, ...(r.decision.fields === undefined ? {} : { fields: r.decision.fields }) }
+        : null,
     capability_id: r.capabilityId,
     audit_id: r.auditId,
     budget_remaining: r.remaining.budgetRemaining === null ? null : fromMicro(r.remaining.budgetRemaining),
     calls_remaining: r.remaining.callsRemaining,
     ...(r.dryRun ? { dry_run: true } : {}),
+    ...(r.approvalNeeded ? { approval_required: true } : {}),
   };
 }

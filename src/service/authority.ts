@@ -32,6 +32,8 @@ import { FenceLost, type CallerIds, type DecisionUnit, type DecisionWriter } fro
 import { ApiError, invalidRequest, unavailableFrom, type FieldError } from './errors.js';
 import { TokenCache } from './token-cache.js';
 import { Approver } from './approve.js';
+import { Approvals } from './approvals.js';
+import { ToolRegistry } from './tools.js';
 
 export interface AuthorityDeps {
   readonly store: Store;
@@ -109,10 +111,15 @@ function capabilityBody(c: CapabilityClaims): Record<string, unknown> {
 export class Authority {
   /** Verified tokens, shared by the use cases. */
   readonly tokens: TokenCache;
+  /** The tool registry and the approvals of calls by tool (issue 17). */
+  readonly tools: ToolRegistry;
+  readonly approvals: Approvals;
   private readonly approver: Approver;
 
   constructor(private readonly deps: AuthorityDeps) {
     this.tokens = new TokenCache(deps.keys);
+    this.tools = new ToolRegistry(deps.store, deps.writer);
+    this.approvals = new Approvals(deps.store, deps.writer, deps.now);
     this.approver = new Approver(this);
   }
 

@@ -14,8 +14,10 @@ export const ERROR_STATUS = {
   idempotency_conflict: 409,
   in_flight: 409,
   not_yet_covered: 409,
+  approval_resolved: 409,
   payload_too_large: 413,
   unsupported_media_type: 415,
+  tool_schema_refused: 422,
   unavailable: 503,
 } as const;
 export type ErrorCode = keyof typeof ERROR_STATUS;

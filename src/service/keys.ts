@@ -3,12 +3,14 @@
  * revocable. A key is `wk.<key id>.<secret>`; only the SHA-256 of the whole key is stored.
  *
  * Roles: `runtime` (mint, revoke, read capabilities), `spawner` (attenuate), `driver` (approve),
- * `auditor` (audit, verify, receipts, read capabilities), `admin` (everything, and key management).
+ * `auditor` (audit, verify, receipts, read capabilities), `approver` (resolve calls waiting for a
+ * person, issue 17), `admin` (everything, and key management and tool registration: a tool's schema
+ * and side-effect class decide what a call needs, a policy change like a key's roles).
  */
 import { randomToken, sha256Hex } from '../crypto/hash.js';
 import type { ApiKeyRecord, Store } from '../store/store.js';
 
-export const ROLES = ['runtime', 'spawner', 'driver', 'auditor', 'admin'] as const;
+export const ROLES = ['runtime', 'spawner', 'driver', 'auditor', 'approver', 'admin'] as const;
 export type Role = (typeof ROLES)[number];
 
 /** What an authenticated caller is: its tenant and the key it used. */
@@ -81,13 +83,24 @@ export function rolesFor(route: string): readonly Role[] {
     'GET /v1/audit/trajectories': ['auditor'],
     'GET /v1/audit/verify': ['auditor'],
     'GET /v1/audit/:id/receipt': ['auditor'],
+    // issue 17: anyone who calls or audits tools may read them; only admin registers them.
+    'GET /v1/tools': ['runtime', 'spawner', 'driver', 'auditor', 'approver'],
+    'GET /v1/tools/:name': ['runtime', 'spawner', 'driver', 'auditor', 'approver'],
+    'GET /v1/approvals': ['approver', 'auditor'],
+    // The driver long-polls the approval of its own call.
+    'GET /v1/approvals/:id': ['approver', 'auditor', 'driver'],
+    'POST /v1/approvals/:id': ['approver'],
   };
   return [...(needs[route] ?? []), 'admin'];
 }
 
 /** The route a request is for, as `rolesFor` names it (ids replaced by `:id`). */
 export function routeOf(method: string, path: string): string {
-  const p = path.replace(/^\/v1\/capabilities\/[^/]+$/, '/v1/capabilities/:id').replace(/^\/v1\/audit\/(?!verify$)[^/]+\/receipt$/, '/v1/audit/:id/receipt');
+  const p = path
+    .replace(/^\/v1\/capabilities\/[^/]+$/, '/v1/capabilities/:id')
+    .replace(/^\/v1\/tools\/[^/]+$/, '/v1/tools/:name')
+    .replace(/^\/v1\/approvals\/[^/]+$/, '/v1/approvals/:id')
+    .replace(/^\/v1\/audit\/(?!verify$)[^/]+\/receipt$/, '/v1/audit/:id/receipt');
   return `${method} ${p}`;
 }
 

@@ -126,8 +126,8 @@ export const audit = pgTable(
     pos: bigint('pos', { mode: 'number' }).notNull().generatedByDefaultAsIdentity(),
     id: text('id').notNull().unique(),
     at: at('at').notNull(),
-    event: text('event', { enum: ['mint', 'attenuate', 'approve', 'revoke', 'access'] }).notNull(),
-    decision: text('decision', { enum: ['grant', 'deny'] }).notNull(),
+    event: text('event', { enum: ['mint', 'attenuate', 'approve', 'revoke', 'access', 'approval', 'tool'] }).notNull(),
+    decision: text('decision', { enum: ['grant', 'deny', 'pending'] }).notNull(),
     reasonCode: text('reason_code'),
     capabilityId: text('capability_id'),
     parentId: text('parent_id'),
@@ -205,4 +205,68 @@ export const auditTiles = pgTable(
     hashes: text('hashes').notNull(),
   },
   (t) => [primaryKey({ columns: [t.tenantId, t.level, t.idx] })],
+);
+
+/**
+ * The tool registry (issue 17): every version of every tool of a tenant, never changed once written.
+ * A change registers version n + 1; approvals record the version they were asked under.
+ */
+export const tools = pgTable(
+  'tools',
+  {
+    tenantId: text('tenant_id')
+      .notNull()
+      .references(() => tenants.id),
+    name: text('name').notNull(),
+    version: integer('version').notNull(),
+    description: text('description').notNull(),
+    inputSchema: jsonb('input_schema').notNull(),
+    sideEffect: text('side_effect', { enum: ['read_only', 'idempotent', 'destructive', 'irreversible'] }).notNull(),
+    right: text('right').notNull(),
+    /** `{pointer, kind}`: where in the args the call's target is, and what kind of object it is. */
+    target: jsonb('target').notNull(),
+    warnings: jsonb('warnings').notNull(),
+    /** The API key that registered this version (its public id). */
+    keyId: text('key_id'),
+    createdAt: at('created_at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.name, t.version] })],
+);
+
+/**
+ * Calls waiting for a person (issue 17): asked by a driver, resolved once by an approver key, or
+ * expired. Changed only by decision units holding the capability's tree lock, so an approval is
+ * resolved, and its grant charged, exactly once however many instances answer. `claims` are the
+ * verified capability claims the call was asked under; `outcome` the approve answer once decided.
+ */
+export const approvals = pgTable(
+  'approvals',
+  {
+    id: text('id').primaryKey(),
+    tenantId: text('tenant_id')
+      .notNull()
+      .references(() => tenants.id),
+    capabilityId: text('capability_id').notNull(),
+    trajectoryId: text('trajectory_id').notNull(),
+    tool: text('tool').notNull(),
+    toolVersion: integer('tool_version').notNull(),
+    sideEffect: text('side_effect').notNull(),
+    callId: text('call_id'),
+    op: text('op').notNull(),
+    target: jsonb('target').notNull(),
+    args: jsonb('args').notNull(),
+    cost: micro('cost').notNull(),
+    claims: jsonb('claims').notNull(),
+    state: text('state', { enum: ['pending', 'approved', 'rejected', 'expired'] }).notNull(),
+    createdAt: at('created_at').notNull(),
+    expiresAt: at('expires_at').notNull(),
+    resolvedAt: at('resolved_at'),
+    resolvedBy: text('resolved_by'),
+    note: text('note'),
+    outcome: jsonb('outcome'),
+  },
+  (t) => [
+    index('approvals_pending_idx').on(t.tenantId, t.state, t.createdAt),
+    check('approvals_state_ck', sql`${t.state} IN ('pending', 'approved', 'rejected', 'expired')`),
+  ],
 );

@@ -8,7 +8,7 @@ import type { PgDatabase, PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg
 import type { ChainLink } from '../core/approve.js';
 import type { ChainHead } from './audit.js';
 import type { BatchConn } from './batch.js';
-import { apiKeys, audit, auditHeads, capabilities, idempotency, tenants } from './schema.js';
+import { apiKeys, approvals, audit, auditHeads, capabilities, idempotency, tenants, tools } from './schema.js';
 
 // Both drivers' databases and transactions share these shapes; their result kinds differ only for
 // raw `execute`, whose result this module never reads.
@@ -73,8 +73,8 @@ export interface AuditFilter {
   /** Rows of the trees whose root has this trajectory: subagents' rows included. */
   readonly rootTrajectoryId?: string;
   readonly capabilityId?: string;
-  readonly decision?: 'grant' | 'deny';
-  readonly event?: 'mint' | 'attenuate' | 'approve' | 'revoke' | 'access';
+  readonly decision?: 'grant' | 'deny' | 'pending';
+  readonly event?: 'mint' | 'attenuate' | 'approve' | 'revoke' | 'access' | 'approval' | 'tool';
   /** Rows after this `pos` (the listing cursor). */
   readonly afterPos?: number;
   readonly limit: number;
@@ -89,6 +89,8 @@ export interface DecisionTx {
   insertCapability(c: NewCapability): Promise<void>;
   /** Revokes a capability and every descendant not already revoked; returns the ids revoked now. */
   revokeSubtree(tenantId: string, capabilityId: string, at: Date, reason: string | null): Promise<string[]>;
+  /** A statement in the decision's transaction (approvals, issue 17), its parameters as text. */
+  query(text: string, params: readonly (string | null)[]): Promise<Record<string, unknown>[]>;
 }
 
 /** A chain link as held during a batch: its stored state plus this batch's charges. */
@@ -251,6 +253,9 @@ export function decisionTx(c: BatchConn): BatchTx {
         predicate: jsonb(n.predicate),
         budget: n.budget === null ? null : n.budget.toString(),
       });
+    },
+    query(text, params) {
+      return c.query(text, params);
     },
     async revokeSubtree(tenantId, capabilityId, at, reason) {
       const rows = await c.db
@@ -426,4 +431,4 @@ export class Store {
   }
 }
 
-export { apiKeys, audit, auditHeads, capabilities, idempotency, tenants };
+export { apiKeys, approvals, audit, auditHeads, capabilities, idempotency, tenants, tools };

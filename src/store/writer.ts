@@ -15,8 +15,9 @@ import { decisionTx, GENESIS_HASH, StoreUnavailable, type Db, type DecisionTx } 
 /** The audit row of a decision, without its chain fields. */
 export interface AuditDraft {
   readonly id: string;
-  readonly event: 'mint' | 'attenuate' | 'approve' | 'revoke' | 'access';
-  readonly decision: 'grant' | 'deny';
+  readonly event: 'mint' | 'attenuate' | 'approve' | 'revoke' | 'access' | 'approval' | 'tool';
+  /** `pending`: a call by tool waiting for a person's approval (issue 17). */
+  readonly decision: 'grant' | 'deny' | 'pending';
   readonly reasonCode: string | null;
   readonly capabilityId: string | null;
   readonly parentId: string | null;
@@ -30,8 +31,12 @@ export interface AuditDraft {
 
 export interface Decided<R> {
   readonly result: R;
-  /** Null when the unit turned out to decide nothing (e.g. revoking an unknown id). */
-  readonly audit: AuditDraft | null;
+  /**
+   * Null when the unit turned out to decide nothing (e.g. revoking an unknown id). Several rows, in
+   * order, when one decision takes several steps that must commit together (an approval resolved and
+   * the grant it lets through, issue 17).
+   */
+  readonly audit: AuditDraft | readonly AuditDraft[] | null;
   /** Stored on the idempotency record, when the unit holds one. */
   readonly response?: StoredResponse;
 }
@@ -539,13 +544,16 @@ export class DecisionWriter {
         continue;
       }
       const out = await unit.run(dtx, now);
-      if (out.audit !== null) {
-        const { cost, ...draft } = out.audit;
+      const drafts: readonly AuditDraft[] = out.audit === null ? [] : Array.isArray(out.audit) ? out.audit : [out.audit as AuditDraft];
+      for (const d of drafts) {
+        // The tree's head as this unit's earlier rows left it (a new tree's starts at genesis).
+        const prev = chain.get(key) ?? { seq: 0, hash: GENESIS_HASH, lastId: null };
+        const { cost, ...draft } = d;
         const row = {
           ...draft,
           tenantId: unit.tenantId,
           treeId,
-          seq: head.seq + 1,
+          seq: prev.seq + 1,
           at: now,
           cost: cost === null ? null : cost.toString(),
           keyId: unit.caller?.keyId ?? null,
@@ -553,7 +561,7 @@ export class DecisionWriter {
           // A mint starts its tree, so its own trajectory is the root's; otherwise the held chain's root.
           rootTrajectoryId:
             unit.newTree !== undefined ? draft.trajectoryId : unit.chainOf === undefined ? null : dtx.rootTrajectoryOf(unit.tenantId, unit.chainOf),
-          prevHash: head.hash,
+          prevHash: prev.hash,
         };
         const { canonical, hash } = sealRow(row);
         // The inserted record is the hashed text itself plus its hash and tree (column names are the keys).

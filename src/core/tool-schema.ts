@@ -1,0 +1,314 @@
+/**
+ * The five rules of a tool's input schema (issue 17), checked when a tool is registered. A schema is
+ * read twice: by the model, which proposes arguments from it, and by the authority, which validates
+ * every call against it; these rules make it serve both:
+ *
+ * 1. closed property sets (`additionalProperties: false`);
+ * 2. every required field listed in `required` (a property the call may omit declares the `default`
+ *    that stands for it; `required` names only declared properties);
+ * 3. every type bounded: strings by `maxLength`, `pattern` or `enum`; numbers by `minimum` and
+ *    `maximum`; arrays by `maxItems`;
+ * 4. units and conventions in names (`timeout_ms`, not `timeout`): a warning, not a refusal;
+ * 5. every union of objects tagged by a discriminator field (a required property whose value is one
+ *    constant, different in each alternative).
+ *
+ * Rules 1, 2, 3 and 5 are checked on every nested schema and every violation is reported, each with
+ * the JSON pointer of the schema at fault, as attenuation reports every widening. Pure: no I/O.
+ */
+
+/** Which rule a finding breaks, and how. */
+export const TOOL_SCHEMA_CODES = [
+  'not_object',
+  'open_object',
+  'required_missing',
+  'required_unknown',
+  'untyped',
+  'string_unbounded',
+  'number_unbounded',
+  'array_unbounded',
+  'untagged_union',
+  'ref_unsupported',
+  'pattern_invalid',
+  'unit_missing',
+] as const;
+export type ToolSchemaCode = (typeof TOOL_SCHEMA_CODES)[number];
+
+/** A breach of one rule: `field` is the JSON pointer of the schema at fault, from `input_schema`. */
+export interface SchemaFinding {
+  readonly rule: 1 | 2 | 3 | 4 | 5;
+  readonly code: ToolSchemaCode;
+  readonly field: string;
+  readonly detail: string;
+}
+
+export interface SchemaReport {
+  /** Breaches of rules 1, 2, 3 and 5 (and schemas this checker cannot read): the tool is refused. */
+  readonly violations: SchemaFinding[];
+  /** Rule 4: numeric fields named like durations or sizes without a unit. */
+  readonly warnings: SchemaFinding[];
+}
+
+type Json = Record<string, unknown>;
+const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+const escape = (key: string): string => key.replace(/~/g, '~0').replace(/\//g, '~1');
+
+/** Words that name a duration or a size: a numeric field named by one needs a unit (rule 4). */
+const MEASURED = new Set([
+  'timeout',
+  'duration',
+  'delay',
+  'interval',
+  'ttl',
+  'wait',
+  'elapsed',
+  'age',
+  'period',
+  'expiry',
+  'deadline',
+  'size',
+  'memory',
+  'quota',
+]);
+/** Unit suffixes that settle what a number means. */
+const UNITS = new Set([
+  'ms',
+  'us',
+  'ns',
+  's',
+  'sec',
+  'secs',
+  'seconds',
+  'min',
+  'mins',
+  'minutes',
+  'h',
+  'hours',
+  'days',
+  'bytes',
+  'b',
+  'kb',
+  'kib',
+  'mb',
+  'mib',
+  'gb',
+  'gib',
+  'chars',
+  'lines',
+  'tokens',
+  'items',
+  'pct',
+  'percent',
+]);
+
+/** The words of a property name: snake, kebab and camel case alike, lower-cased. */
+function words(name: string): string[] {
+  return name
+    .replace(/([a-z0-9])([A-Z])/g, '$1_$2')
+    .toLowerCase()
+    .split(/[^a-z0-9]+/)
+    .filter((w) => w !== '');
+}
+
+/** Rule 4: a numeric property named like a duration or size, whose last word is not a unit. */
+function lacksUnit(name: string): boolean {
+  const w = words(name);
+  const last = w[w.length - 1];
+  return w.some((x) => MEASURED.has(x)) && last !== undefined && !UNITS.has(last);
+}
+
+class Checker {
+  readonly violations: SchemaFinding[] = [];
+  readonly warnings: SchemaFinding[] = [];
+
+  constructor(private readonly root: Json) {}
+
+  private breach(rule: SchemaFinding['rule'], code: ToolSchemaCode, field: string, detail: string): void {
+    this.violations.push({ rule, code, field, detail });
+  }
+
+  /** A local `$ref` (`#/$defs/x`, `#/definitions/x`) resolved; anything else reported. */
+  private resolve(s: Json, at: string, seen: Set<string>): Json | null {
+    const ref = s.$ref;
+    if (typeof ref !== 'string') return s;
+    const m = /^#\/(\$defs|definitions)\/([^/]+)$/.exec(ref);
+    const defs = m === null ? undefined : this.root[m[1] as string];
+    const target = m !== null && isJson(defs) ? defs[(m[2] as string).replace(/~1/g, '/').replace(/~0/g, '~')] : undefined;
+    if (!isJson(target) || seen.has(ref)) {
+      this.breach(
+        3,
+        'ref_unsupported',
+        at,
+        `${at || '/'}: $ref ${JSON.stringify(ref).slice(0, 80)} is not a local definition this authority can follow (or it is recursive)`,
+      );
+      return null;
+    }
+    seen.add(ref);
+    return this.resolve(target, at, seen);
+  }
+
+  walk(value: unknown, at: string, seen: Set<string> = new Set()): void {
+    if (value === true || !isJson(value)) {
+      this.breach(3, 'untyped', at, `${at || '/'}: a schema that accepts anything is unbounded`);
+      return;
+    }
+    const s = this.resolve(value, at, new Set(seen));
+    if (s === null) return;
+    const union = Array.isArray(s.oneOf)
+      ? { key: 'oneOf', alts: s.oneOf as unknown[] }
+      : Array.isArray(s.anyOf)
+        ? { key: 'anyOf', alts: s.anyOf as unknown[] }
+        : null;
+    if (union !== null) return this.union(union.alts, `${at}/${union.key}`, seen);
+    if (Array.isArray(s.allOf)) {
+      (s.allOf as unknown[]).forEach((part, i) => this.walk(part, `${at}/allOf/${i}`, seen));
+      return;
+    }
+    if ('const' in s || Array.isArray(s.enum)) return; // a closed set of values is bounded
+    const types = Array.isArray(s.type) ? (s.type as unknown[]) : s.type === undefined ? [] : [s.type];
+    if (types.length === 0 || types.some((t) => typeof t !== 'string')) {
+      this.breach(3, 'untyped', at, `${at || '/'}: no type (or enum/const), so nothing bounds it`);
+      return;
+    }
+    for (const type of types as string[]) this.typed(s, type, at, seen);
+  }
+
+  private typed(s: Json, type: string, at: string, seen: Set<string>): void {
+    const where = at || '/';
+    switch (type) {
+      case 'object':
+        return this.object(s, at, seen);
+      case 'array':
+        if (!isNumber(s.maxItems)) this.breach(3, 'array_unbounded', at, `${where}: an array needs maxItems`);
+        if (s.items === undefined || s.items === false) {
+          if (s.items === undefined) this.breach(3, 'untyped', `${at}/items`, `${at}/items: an array needs a schema for its items`);
+          return;
+        }
+        return this.walk(s.items, `${at}/items`, seen);
+      case 'string':
+        if (!isNumber(s.maxLength) && typeof s.pattern !== 'string')
+          this.breach(3, 'string_unbounded', at, `${where}: a string needs maxLength, pattern or enum`);
+        if (typeof s.pattern === 'string' && !compiles(s.pattern))
+          this.breach(3, 'pattern_invalid', `${at}/pattern`, `${at}/pattern: not a valid regular expression (Unicode mode)`);
+        return;
+      case 'number':
+      case 'integer': {
+        const low = isNumber(s.minimum) || isNumber(s.exclusiveMinimum);
+        const high = isNumber(s.maximum) || isNumber(s.exclusiveMaximum);
+        if (!low || !high) this.breach(3, 'number_unbounded', at, `${where}: a number needs minimum and maximum`);
+        return;
+      }
+      case 'boolean':
+      case 'null':
+        return;
+      default:
+        this.breach(3, 'untyped', at, `${where}: unknown type ${JSON.stringify(type).slice(0, 40)}`);
+    }
+  }
+
+  private object(s: Json, at: string, seen: Set<string>): void {
+    const where = at || '/';
+    const props = isJson(s.properties) ? s.properties : {};
+    const required = Array.isArray(s.required) ? s.required.filter((r): r is string => typeof r === 'string') : [];
+    if (s.additionalProperties !== false || s.patternProperties !== undefined)
+      this.breach(1, 'open_object', at, `${where}: an object needs "additionalProperties": false (and no patternProperties)`);
+    for (const name of required) {
+      if (!Object.hasOwn(props, name))
+        this.breach(2, 'required_unknown', `${at}/required`, `${at}/required: names ${JSON.stringify(name)}, which is not a property`);
+    }
+    for (const [name, prop] of Object.entries(props)) {
+      const field = `${at}/properties/${escape(name)}`;
+      if (!required.includes(name) && !(isJson(prop) && 'default' in prop))
+        this.breach(2, 'required_missing', field, `${field}: list it in required, or give the default that stands for it when omitted`);
+      if (isJson(prop) && lacksUnit(name) && (prop.type === 'number' || prop.type === 'integer'))
+        this.warnings.push({
+          rule: 4,
+          code: 'unit_missing',
+          field,
+          detail: `${field}: a ${name} without a unit; name it like ${words(name).join('_')}_ms or _bytes`,
+        });
+      this.walk(prop, field, seen);
+    }
+  }
+
+  /** Rule 5: object alternatives tagged by one discriminator; scalar unions need no tag. */
+  private union(alts: unknown[], at: string, seen: Set<string>): void {
+    const resolved = alts.map((a, i) => (isJson(a) ? this.resolve(a, `${at}/${i}`, new Set(seen)) : null));
+    const objects = resolved.filter((a) => a !== null && (a.type === 'object' || isJson(a.properties)));
+    if (objects.length > 0 && discriminator(resolved) === null)
+      this.breach(
+        5,
+        'untagged_union',
+        at,
+        `${at}: a union of objects needs a discriminator: a required property with one const value, different in each alternative`,
+      );
+    alts.forEach((a, i) => this.walk(a, `${at}/${i}`, seen));
+  }
+}
+
+/** Whether a pattern is a regular expression the validator can use (it reads patterns in Unicode mode). */
+function compiles(pattern: string): boolean {
+  try {
+    new RegExp(pattern, 'u');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The value of a tag property in an alternative: a required property with one constant value. */
+function tagValue(alt: Json, name: string): unknown {
+  const props = isJson(alt.properties) ? alt.properties : {};
+  const p = props[name];
+  if (!isJson(p) || !Array.isArray(alt.required) || !alt.required.includes(name)) return undefined;
+  if ('const' in p) return p.const;
+  return Array.isArray(p.enum) && p.enum.length === 1 ? p.enum[0] : undefined;
+}
+
+/** The property that tags every alternative with a distinct constant, or null. */
+function discriminator(alts: readonly (Json | null)[]): string | null {
+  const first = alts[0];
+  if (first === null || first === undefined || !isJson(first.properties)) return null;
+  for (const name of Object.keys(first.properties)) {
+    const values = alts.map((a) => (a === null ? undefined : tagValue(a, name)));
+    if (values.every((v) => v !== undefined) && new Set(values.map((v) => JSON.stringify(v))).size === values.length) return name;
+  }
+  return null;
+}
+
+/** Every breach of rules 1, 2, 3 and 5, and the rule-4 warnings, of a tool's input schema. */
+export function checkToolSchema(schema: unknown): SchemaReport {
+  if (!isJson(schema) || schema.type !== 'object') {
+    return { violations: [{ rule: 1, code: 'not_object', field: '', detail: 'input_schema: a tool takes an object ("type": "object")' }], warnings: [] };
+  }
+  const c = new Checker(schema);
+  c.walk(schema, '');
+  return { violations: c.violations, warnings: c.warnings };
+}
+
+/**
+ * The property schema a JSON pointer into the args names, when it is a required string at every step
+ * (the target of a call must always be there): null otherwise.
+ */
+export function targetProperty(schema: unknown, pointer: string): Json | null {
+  if (!pointer.startsWith('/')) return null;
+  let s: unknown = schema;
+  for (const raw of pointer.slice(1).split('/')) {
+    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~');
+    if (!isJson(s) || !isJson(s.properties) || !Array.isArray(s.required) || !s.required.includes(key)) return null;
+    s = s.properties[key];
+  }
+  return isJson(s) && s.type === 'string' ? s : null;
+}
+
+/** The value at a JSON pointer (RFC 6901) into a value; undefined when absent. */
+export function atPointer(value: unknown, pointer: string): unknown {
+  if (pointer === '') return value;
+  let v: unknown = value;
+  for (const raw of pointer.slice(1).split('/')) {
+    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~');
+    if (!isJson(v) || !Object.hasOwn(v, key)) return undefined;
+    v = v[key];
+  }
+  return v;
+}

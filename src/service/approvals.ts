@@ -1,0 +1,308 @@
+/**
+ * Human approval of tool calls (issue 17). An irreversible call (or one of a class its capability
+ * names) is answered `pending` and recorded as an approval; a key with the approver role (or admin)
+ * approves or rejects it; past `expires_at` unresolved it is denied `approval_expired`.
+ *
+ * Every change to an approval is a decision unit on its capability's delegation tree: the writer
+ * holds that tree's chain-head lock (and the capability chain's row locks) across all instances, and
+ * the unit locks the approval row too, so an approval is resolved once, and its grant charged once,
+ * in the same transaction as the grant's audit row, however often the driver repeats and however
+ * many instances answer. Each step is an audit row: asked (`approve`, `pending`), resolved
+ * (`approval`, by the approver's key), and the call's outcome (`approve`, grant or deny).
+ */
+import { evaluateApprove, deny } from '../core/approve.js';
+import { fromMicro } from '../core/money.js';
+import type { CanonicalTarget, Deny, Right, Scalar, SideEffect, VerifiedCapability } from '../core/types.js';
+import { newId } from '../crypto/hash.js';
+import type { Deadline } from '../store/deadline.js';
+import type { DecisionTx, Store } from '../store/store.js';
+import { findApproval, INSERT_APPROVAL, listApprovals, LOCK_APPROVAL, SETTLE_APPROVAL, type ApprovalRecord } from '../store/tools.js';
+import type { AuditDraft, CallerIds, DecisionWriter } from '../store/writer.js';
+import { ApiError, unavailableFrom } from './errors.js';
+import type { Reply } from './authority.js';
+
+/** How long a call waits for a person before it is denied `approval_expired` (capped by its capability's expiry). */
+export const APPROVAL_TTL_S = 900;
+/** The longest long-poll of `GET /v1/approvals/{id}?wait_s=`. */
+export const MAX_WAIT_S = 30;
+const POLL_MS = 200;
+
+/** A call by tool asked for approval, as the approve unit hands it over. */
+export interface AskedCall {
+  readonly cap: VerifiedCapability;
+  readonly tool: { readonly name: string; readonly version: number; readonly sideEffect: SideEffect };
+  readonly callId: string | null;
+  readonly op: Right;
+  readonly target: CanonicalTarget;
+  readonly args: Readonly<Record<string, unknown>>;
+  readonly cost: bigint;
+}
+
+const iso = (d: Date): string => d.toISOString();
+
+/** The approve answer to a call waiting for a person. */
+export function pendingBody(approvalId: string, expiresAt: Date, capabilityId: string, auditId: string): Record<string, unknown> {
+  return {
+    decision: 'pending',
+    reason: null,
+    approval_id: approvalId,
+    expires_at: iso(expiresAt),
+    capability_id: capabilityId,
+    audit_id: auditId,
+    budget_remaining: null,
+    calls_remaining: null,
+  };
+}
+
+/** An approval as the API shows it. */
+export function approvalBody(r: ApprovalRecord): Record<string, unknown> {
+  return {
+    approval_id: r.id,
+    state: r.state,
+    tool: r.tool,
+    tool_version: r.toolVersion,
+    side_effect: r.sideEffect,
+    capability_id: r.capabilityId,
+    trajectory_id: r.trajectoryId,
+    call_id: r.callId,
+    op: r.op,
+    target: r.target,
+    args: r.args,
+    cost: fromMicro(BigInt(r.cost)),
+    created_at: iso(r.createdAt),
+    expires_at: iso(r.expiresAt),
+    resolved_at: r.resolvedAt === null ? null : iso(r.resolvedAt),
+    resolved_by: r.resolvedBy,
+    note: r.note,
+    outcome: r.outcome ?? null,
+  };
+}
+
+/** Inserts the approval row of a call asked now; returns its id and expiry. Runs inside the approve unit. */
+export async function askApproval(tx: DecisionTx, tenantId: string, call: AskedCall, now: Date): Promise<{ id: string; expiresAt: Date }> {
+  const id = newId('apv');
+  const expiresAt = new Date(Math.min(now.getTime() + APPROVAL_TTL_S * 1000, call.cap.exp * 1000));
+  await tx.query(INSERT_APPROVAL, [
+    id,
+    tenantId,
+    call.cap.id,
+    call.cap.trajectory,
+    call.tool.name,
+    String(call.tool.version),
+    call.tool.sideEffect,
+    call.callId,
+    call.op,
+    JSON.stringify(call.target),
+    JSON.stringify(call.args),
+    call.cost.toString(),
+    JSON.stringify(call.cap),
+    iso(now),
+    iso(expiresAt),
+  ]);
+  return { id, expiresAt };
+}
+
+type Resolution = 'approve' | 'reject';
+const STATE_OF: Record<Resolution, ApprovalRecord['state']> = { approve: 'approved', reject: 'rejected' };
+
+export class Approvals {
+  constructor(
+    private readonly store: Store,
+    private readonly writer: DecisionWriter,
+    private readonly now: () => Date,
+  ) {}
+
+  private async find(tenantId: string, id: string): Promise<ApprovalRecord> {
+    const r = await findApproval(this.store.db, tenantId, id);
+    if (r === null) throw new ApiError(404, 'not_found', 'no such approval');
+    return r;
+  }
+
+  /**
+   * Approves or rejects a pending call (an approver's or admin's key). Approving decides the call as
+   * approve would now (the capability may have been revoked or spent meanwhile) and charges it.
+   * Repeating the same resolution answers the approval as it stands; another one is 409.
+   */
+  async resolve(
+    tenantId: string,
+    id: string,
+    how: { decision: Resolution; note?: string },
+    caller: CallerIds | undefined,
+    deadline?: Deadline,
+  ): Promise<Reply> {
+    const r = await this.guard(() => this.find(tenantId, id));
+    if (r.state === 'pending' && r.expiresAt.getTime() <= this.now().getTime()) await this.settle(r, null, caller, deadline);
+    else if (r.state === 'pending') await this.settle(r, how, caller, deadline);
+    const after = await this.guard(() => this.find(tenantId, id));
+    if (after.state !== STATE_OF[how.decision]) throw new ApiError(409, 'approval_resolved', `the approval is already ${after.state}`, { state: after.state });
+    return { status: 200, body: approvalBody(after) };
+  }
+
+  /**
+   * The approval, expired first when its time has passed; with `waitS`, held until it is resolved,
+   * expires, or `waitS` seconds pass (a bounded long-poll), reading the database every 200 ms.
+   */
+  async view(tenantId: string, id: string, waitS = 0): Promise<Reply> {
+    const until = Date.now() + Math.min(waitS, MAX_WAIT_S) * 1000;
+    for (;;) {
+      let r = await this.guard(() => this.find(tenantId, id));
+      if (r.state === 'pending' && r.expiresAt.getTime() <= this.now().getTime()) {
+        await this.settle(r, null, undefined);
+        r = await this.guard(() => this.find(tenantId, id));
+      }
+      if (r.state !== 'pending' || Date.now() + POLL_MS > until) return { status: 200, body: approvalBody(r) };
+      await new Promise((done) => setTimeout(done, POLL_MS));
+    }
+  }
+
+  /** The answer to a repeated approve whose first answer was `pending`: the outcome once there is one. */
+  async outcomeOf(tenantId: string, id: string, pending: Record<string, unknown>): Promise<Record<string, unknown>> {
+    const view = (await this.view(tenantId, id)).body as { outcome: Record<string, unknown> | null };
+    return view.outcome ?? pending;
+  }
+
+  async list(tenantId: string, state: ApprovalRecord['state'], limit: number): Promise<Reply> {
+    const rows = await this.guard(() => listApprovals(this.store.db, tenantId, state, limit));
+    return { status: 200, body: { approvals: rows.map(approvalBody) } };
+  }
+
+  /**
+   * One unit on the capability's tree: lock the approval; if it is still pending, resolve it (`how`)
+   * or expire it (`how` null, or its time has passed by the unit's clock), write the audit rows, and
+   * charge a grant. A unit that finds it settled (another instance, a repeat) changes nothing.
+   */
+  private async settle(
+    r: ApprovalRecord,
+    how: { decision: Resolution; note?: string } | null,
+    caller: CallerIds | undefined,
+    deadline?: Deadline,
+  ): Promise<void> {
+    const cap = r.claims as VerifiedCapability;
+    await this.guard(() =>
+      this.writer.submit(
+        {
+          tenantId: r.tenantId,
+          fence: null,
+          chainOf: r.capabilityId,
+          ...(caller === undefined ? {} : { caller }),
+          run: async (tx, now) => {
+            const [locked] = await tx.query(LOCK_APPROVAL, [r.tenantId, r.id]);
+            if (locked === undefined || locked.state !== 'pending') return { result: null, audit: null };
+            const lapsed = new Date(locked.expires_at as string).getTime() <= now.getTime();
+            const expired = how === null || lapsed;
+            const base = {
+              capabilityId: r.capabilityId,
+              parentId: cap.parent,
+              trajectoryId: r.trajectoryId,
+              op: r.op,
+              target: r.target,
+              cost: BigInt(r.cost),
+              callId: r.callId,
+            };
+            const about = { approval_id: r.id, tool: r.tool, tool_version: r.toolVersion };
+            const rows: AuditDraft[] = [];
+            let outcome: Record<string, unknown>;
+            let state: ApprovalRecord['state'];
+            if (how === null || lapsed) {
+              state = 'expired';
+              const d = deny('approval_expired', `no one approved the call by ${iso(r.expiresAt)}`);
+              const auditId = newId('aud');
+              rows.push({ id: auditId, event: 'approve', decision: 'deny', reasonCode: d.code, ...base, detail: { ...about, message: d.message } });
+              outcome = denyBody(d, r.capabilityId, auditId);
+            } else if (how.decision === 'reject') {
+              state = 'rejected';
+              const d = deny('approval_rejected', how.note === undefined ? 'an approver rejected the call' : `an approver rejected the call: ${how.note}`);
+              rows.push(resolutionRow(base, about, 'deny', how.note));
+              const auditId = newId('aud');
+              rows.push({ id: auditId, event: 'approve', decision: 'deny', reasonCode: d.code, ...base, detail: { ...about, message: d.message } });
+              outcome = denyBody(d, r.capabilityId, auditId);
+            } else {
+              state = 'approved';
+              rows.push(resolutionRow(base, about, 'grant', how.note));
+              const chain = await tx.lockChain(r.tenantId, r.capabilityId);
+              const req = {
+                op: r.op as Right,
+                target: r.target as CanonicalTarget,
+                cost: BigInt(r.cost),
+                args: r.args as Record<string, Scalar>,
+                tool: { name: r.tool, sideEffect: r.sideEffect as SideEffect },
+              };
+              const d = evaluateApprove(cap, req, now.getTime(), chain);
+              const auditId = newId('aud');
+              if (d.decision === 'grant') {
+                // Charged here, in the transaction that writes the grant's row, and only here: the row lock above makes it once.
+                await tx.charge(
+                  chain.map((l) => l.id),
+                  req.cost,
+                );
+                outcome = {
+                  decision: 'grant',
+                  reason: null,
+                  capability_id: r.capabilityId,
+                  audit_id: auditId,
+                  budget_remaining: d.budgetRemaining === null ? null : fromMicro(d.budgetRemaining),
+                  calls_remaining: d.callsRemaining,
+                  approval_id: r.id,
+                };
+                rows.push({ id: auditId, event: 'approve', decision: 'grant', reasonCode: null, ...base, detail: about });
+              } else {
+                outcome = denyBody(d, r.capabilityId, auditId, r.id);
+                rows.push({ id: auditId, event: 'approve', decision: 'deny', reasonCode: d.code, ...base, detail: { ...about, message: d.message } });
+              }
+            }
+            outcome = { ...outcome, approval_id: r.id, decided_at: iso(now) };
+            await tx.query(SETTLE_APPROVAL, [
+              r.tenantId,
+              r.id,
+              state,
+              iso(now),
+              expired ? null : (caller?.keyId ?? null),
+              expired ? null : (how.note ?? null),
+              JSON.stringify(outcome),
+            ]);
+            return { result: null, audit: rows };
+          },
+        },
+        deadline,
+      ),
+    );
+  }
+
+  private async guard<R>(f: () => Promise<R>): Promise<R> {
+    try {
+      return await f();
+    } catch (e) {
+      if (e instanceof ApiError) throw e;
+      throw unavailableFrom(e);
+    }
+  }
+}
+
+function denyBody(d: Deny, capabilityId: string, auditId: string, approvalId?: string): Record<string, unknown> {
+  return {
+    decision: 'deny',
+    reason: { code: d.code, message: d.message },
+    capability_id: capabilityId,
+    audit_id: auditId,
+    budget_remaining: null,
+    calls_remaining: null,
+    ...(approvalId === undefined ? {} : { approval_id: approvalId }),
+  };
+}
+
+/** The row of a person's resolution: `approval`, granted (approved) or denied (rejected), by the unit's caller key. */
+function resolutionRow(
+  base: Omit<AuditDraft, 'id' | 'event' | 'decision' | 'reasonCode' | 'detail'>,
+  about: Record<string, unknown>,
+  decision: 'grant' | 'deny',
+  note: string | undefined,
+): AuditDraft {
+  return {
+    id: newId('aud'),
+    event: 'approval',
+    decision,
+    reasonCode: decision === 'deny' ? 'approval_rejected' : null,
+    ...base,
+    detail: { ...about, resolution: decision === 'grant' ? 'approved' : 'rejected', ...(note === undefined ? {} : { note }) },
+  };
+}

@@ -1,0 +1,204 @@
+/**
+ * The tool registry (issue 17): `PUT /v1/tools/{name}` registers a tool of the tenant (its input
+ * schema checked against the five rules, every violation listed), each change a new version; the
+ * reads; and the validators of the args of calls by tool, one per immutable version.
+ */
+import { z } from '@hono/zod-openapi';
+import { ArgsValidator } from '../core/tool-args.js';
+import { checkToolSchema, targetProperty, type SchemaFinding } from '../core/tool-schema.js';
+import { Right, SideEffect, text } from '../core/schemas.js';
+import type { Right as RightType, SideEffect as SideEffectType } from '../core/types.js';
+import { canonicalJson, newId } from '../crypto/hash.js';
+import type { Deadline } from '../store/deadline.js';
+import type { Store } from '../store/store.js';
+import { findTool, INSERT_TOOL, LATEST_TOOL, listTools, type ToolRecord } from '../store/tools.js';
+import type { CallerIds, DecisionWriter } from '../store/writer.js';
+import { ApiError, unavailableFrom } from './errors.js';
+import type { Reply } from './authority.js';
+
+export const TARGET_KINDS = ['path', 'host', 'repo', 'url'] as const;
+
+/** Where a call's target comes from: a JSON pointer (RFC 6901) into the args, and the kind of object it names. */
+export const ToolTarget = z.strictObject({
+  pointer: z
+    .string()
+    .min(2)
+    .max(256)
+    .regex(/^(\/[^/]+)+$/),
+  kind: z.enum(TARGET_KINDS),
+});
+
+/** The most properties an input schema's top level may hold; the whole schema is bounded by the body's 64 KiB. */
+const MAX_SCHEMA_KEYS = 64;
+
+export const PutToolBody = z.strictObject({
+  description: text(4096),
+  input_schema: z
+    .record(z.string().min(1).max(128), z.json())
+    .refine((s) => Object.keys(s).length <= MAX_SCHEMA_KEYS, `at most ${MAX_SCHEMA_KEYS} keywords`)
+    .meta({
+      description: 'A JSON Schema (2020-12) for the args, checked against the five rules on every nested schema.',
+      maxProperties: MAX_SCHEMA_KEYS,
+      propertyNames: { type: 'string', maxLength: 128 },
+      'x-checked-by': 'tool-schema-rules',
+    }),
+  side_effect: SideEffect,
+  right: Right,
+  target: ToolTarget,
+});
+export type PutToolBody = z.infer<typeof PutToolBody>;
+
+/** A registered tool as the API shows it. */
+export interface ToolDef {
+  readonly name: string;
+  readonly version: number;
+  readonly description: string;
+  readonly inputSchema: Record<string, unknown>;
+  readonly sideEffect: SideEffectType;
+  readonly right: RightType;
+  readonly target: { readonly pointer: string; readonly kind: (typeof TARGET_KINDS)[number] };
+}
+
+/** A refusal's entry: a rule's breach (with `rule`), or a target that does not name a required string. */
+type ToolViolation = Omit<SchemaFinding, 'rule' | 'code'> & { readonly rule?: SchemaFinding['rule']; readonly code: SchemaFinding['code'] | 'target_invalid' };
+
+const asDef = (r: ToolRecord): ToolDef => ({
+  name: r.name,
+  version: r.version,
+  description: r.description,
+  inputSchema: r.inputSchema as Record<string, unknown>,
+  sideEffect: r.sideEffect,
+  right: r.right as RightType,
+  target: r.target as ToolDef['target'],
+});
+
+export function toolBody(r: ToolRecord): Record<string, unknown> {
+  return {
+    name: r.name,
+    version: r.version,
+    description: r.description,
+    input_schema: r.inputSchema,
+    side_effect: r.sideEffect,
+    right: r.right,
+    target: r.target,
+    warnings: r.warnings,
+    created_at: r.createdAt.toISOString(),
+  };
+}
+
+/** Field paths of findings: the schema's pointer under `input_schema`. */
+const underSchema = (f: SchemaFinding): ToolViolation => ({ ...f, field: `input_schema${f.field}` });
+
+export class ToolRegistry {
+  /** Validators by tenant, name and version: a version never changes, so neither does its validator. */
+  private readonly validators = new Map<string, ArgsValidator>();
+
+  constructor(
+    private readonly store: Store,
+    private readonly writer: DecisionWriter,
+  ) {}
+
+  /** Registers a tool; a changed definition is a new version (201), an unchanged one is answered as it is (200). */
+  async put(tenantId: string, name: string, body: PutToolBody, caller: CallerIds | undefined, deadline: Deadline | undefined): Promise<Reply> {
+    const report = checkToolSchema(body.input_schema);
+    const violations: ToolViolation[] = report.violations.map(underSchema);
+    if (report.violations.length === 0 && targetProperty(body.input_schema, body.target.pointer) === null)
+      violations.push({
+        code: 'target_invalid',
+        field: 'target.pointer',
+        detail: `target.pointer: ${body.target.pointer} must name a required string property of input_schema`,
+      });
+    const warnings = report.warnings.map(underSchema);
+    if (violations.length > 0) {
+      throw new ApiError(422, 'tool_schema_refused', `the tool's schema breaks: ${violations.map((v) => `${v.code} (${v.field})`).join(', ')}`, {
+        violations,
+        warnings,
+      });
+    }
+    const def = { description: body.description, input_schema: body.input_schema, side_effect: body.side_effect, right: body.right, target: body.target };
+    try {
+      const out = await this.writer.submit<{ created: boolean; version: number }>(
+        {
+          tenantId,
+          fence: null,
+          ...(caller === undefined ? {} : { caller }),
+          run: async (tx, now) => {
+            const [latest] = await tx.query(LATEST_TOOL, [tenantId, name]);
+            const same =
+              latest !== undefined &&
+              canonicalJson({
+                description: latest.description,
+                input_schema: latest.input_schema,
+                side_effect: latest.side_effect,
+                right: latest.right,
+                target: latest.target,
+              }) === canonicalJson(def);
+            if (latest !== undefined && same) return { result: { created: false, version: Number(latest.version) }, audit: null };
+            const version = latest === undefined ? 1 : Number(latest.version) + 1;
+            await tx.query(INSERT_TOOL, [
+              tenantId,
+              name,
+              String(version),
+              body.description,
+              JSON.stringify(body.input_schema),
+              body.side_effect,
+              body.right,
+              JSON.stringify(body.target),
+              JSON.stringify(warnings),
+              caller?.keyId ?? null,
+              now.toISOString(),
+            ]);
+            return {
+              result: { created: true, version },
+              audit: {
+                id: newId('aud'),
+                event: 'tool',
+                decision: 'grant',
+                reasonCode: null,
+                capabilityId: null,
+                parentId: null,
+                trajectoryId: null,
+                op: null,
+                target: null,
+                cost: null,
+                callId: null,
+                detail: { tool: name, version, side_effect: body.side_effect, right: body.right, target: body.target, warnings },
+              },
+            };
+          },
+        },
+        deadline,
+      );
+      const stored = await findTool(this.store.db, tenantId, name, out.version);
+      if (stored === null) throw new ApiError(404, 'not_found', 'no such tool');
+      return { status: out.created ? 201 : 200, body: toolBody(stored) };
+    } catch (e) {
+      if (e instanceof ApiError) throw e;
+      throw unavailableFrom(e);
+    }
+  }
+
+  async get(tenantId: string, name: string, version?: number): Promise<Reply> {
+    const r = await findTool(this.store.db, tenantId, name, version);
+    if (r === null) throw new ApiError(404, 'not_found', 'no such tool');
+    return { status: 200, body: toolBody(r) };
+  }
+
+  async list(tenantId: string): Promise<Reply> {
+    return { status: 200, body: { tools: (await listTools(this.store.db, tenantId)).map(toolBody) } };
+  }
+
+  /** The latest version of a tool with its args validator; null when the tenant has none by that name. */
+  async resolve(tenantId: string, name: string): Promise<{ def: ToolDef; validator: ArgsValidator } | null> {
+    const r = await findTool(this.store.db, tenantId, name);
+    if (r === null) return null;
+    const key = `${tenantId}\u0000${name}\u0000${r.version}`;
+    let validator = this.validators.get(key);
+    if (validator === undefined) {
+      validator = new ArgsValidator(r.inputSchema as Record<string, unknown>);
+      if (this.validators.size >= 1024) this.validators.clear(); // bounded; rebuilt on demand
+      this.validators.set(key, validator);
+    }
+    return { def: asDef(r), validator };
+  }
+}
