@@ -13,6 +13,8 @@ import type { ArgBound, Right, RawObject, RawPredicate, RawTarget } from '../cor
 import type { Receipt, ReceiptCheck } from '../audit/receipt.js';
 
 export { verifyOffline, type OfflineClaims, type OfflineCode, type OfflineResult } from './offline.js';
+export { fromMcpTool, sideEffectOf, type McpTool, type SideEffectClass, type ToolRegistration } from './mcp.js';
+import type { SideEffectClass, ToolRegistration } from './mcp.js';
 export { callIdOf, guardTool, ToolDenied, type Approver, type LogicalCall, type ToolCallContext, type ToolGrant, type ToolGuard } from './guard.js';
 
 export type MintRequest = z.input<typeof MintBody>;
@@ -34,8 +36,9 @@ export interface Capability {
 }
 
 export interface Decision {
-  readonly decision: 'grant' | 'deny';
-  readonly reason: { readonly code: string; readonly message: string } | null;
+  /** `pending`: a call by tool waiting for a person's approval (issue 17); nothing is charged yet. */
+  readonly decision: 'grant' | 'deny' | 'pending';
+  readonly reason: { readonly code: string; readonly message: string; readonly fields?: { path: string; message: string }[] } | null;
   readonly capability_id: string | null;
   readonly audit_id: string;
   readonly budget_remaining: number | null;
@@ -46,6 +49,43 @@ export interface Decision {
   readonly decided_at?: string | null;
   /** Present on the answer to `dry_run: true`: decided and audited, nothing charged (the remaining values are as they would be). */
   readonly dry_run?: true;
+  /** A call that waited for a person: its approval (`GET /v1/approvals/{id}`). */
+  readonly approval_id?: string;
+  /** On `pending`: unresolved by then, the call is denied `approval_expired`. */
+  readonly expires_at?: string;
+  /** A dry run of a call that would wait for a person's approval. */
+  readonly approval_required?: true;
+}
+
+/** A registered tool (issue 17). */
+export interface Tool extends ToolRegistration {
+  readonly name: string;
+  readonly version: number;
+  readonly warnings: { rule?: number; code: string; field: string; detail: string }[];
+  readonly created_at: string;
+}
+
+/** A call by tool waiting for (or resolved by) a person. */
+export interface Approval {
+  readonly approval_id: string;
+  readonly state: 'pending' | 'approved' | 'rejected' | 'expired';
+  readonly tool: string;
+  readonly tool_version: number;
+  readonly side_effect: SideEffectClass;
+  readonly capability_id: string;
+  readonly trajectory_id: string;
+  readonly call_id: string | null;
+  readonly op: Right;
+  readonly target: RawTarget;
+  readonly args: Record<string, unknown>;
+  readonly cost: number;
+  readonly created_at: string;
+  readonly expires_at: string;
+  readonly resolved_at: string | null;
+  readonly resolved_by: string | null;
+  readonly note: string | null;
+  /** The call's decision once resolved (grant or deny). */
+  readonly outcome: Decision | null;
 }
 
 export interface StoredCapability extends Omit<Capability, 'token'> {
@@ -165,7 +205,34 @@ export class WarrantClient {
     return this.send('GET', `/v1/audit/${encodeURIComponent(auditId)}/receipt`);
   }
 
-  private async send<T>(method: 'GET' | 'POST', path: string, body?: unknown, idempotencyKey?: string): Promise<T> {
+  /** Registers a tool (admin); a refused schema throws `tool_schema_refused` with `details.violations`. */
+  putTool(name: string, registration: ToolRegistration): Promise<Tool> {
+    return this.send('PUT', `/v1/tools/${encodeURIComponent(name)}`, registration);
+  }
+
+  async tools(): Promise<Tool[]> {
+    return (await this.send<{ tools: Tool[] }>('GET', '/v1/tools')).tools;
+  }
+
+  tool(name: string, version?: number): Promise<Tool> {
+    return this.send('GET', `/v1/tools/${encodeURIComponent(name)}${version === undefined ? '' : `?version=${version}`}`);
+  }
+
+  async approvals(state: Approval['state'] = 'pending'): Promise<Approval[]> {
+    return (await this.send<{ approvals: Approval[] }>('GET', `/v1/approvals?state=${state}`)).approvals;
+  }
+
+  /** An approval; with `waitS` (≤ 30), held while pending until it is resolved or expires, or the wait ends. */
+  approval(id: string, options: { waitS?: number } = {}): Promise<Approval> {
+    return this.send('GET', `/v1/approvals/${encodeURIComponent(id)}${options.waitS === undefined ? '' : `?wait_s=${options.waitS}`}`);
+  }
+
+  /** Approves or rejects a pending call (approver or admin key). */
+  resolveApproval(id: string, decision: 'approve' | 'reject', note?: string): Promise<Approval> {
+    return this.send('POST', `/v1/approvals/${encodeURIComponent(id)}`, { decision, ...(note === undefined ? {} : { note }) });
+  }
+
+  private async send<T>(method: 'GET' | 'POST' | 'PUT', path: string, body?: unknown, idempotencyKey?: string): Promise<T> {
     const headers: Record<string, string> = { authorization: `Bearer ${this.options.apiKey}`, accept: 'application/json' };
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (idempotencyKey !== undefined) headers['idempotency-key'] = idempotencyKey;

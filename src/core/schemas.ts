@@ -83,14 +83,10 @@ export const Predicate = z.strictObject({
   max_calls: z.int().min(0).max(1_000_000_000).optional(),
   max_depth: z.int().min(0).max(32).optional(),
   args: z.array(ArgBound).max(64).optional(),
-  tools: z
-    .array(ToolName)
-    .max(64)
-    .optional()
-    .meta({
-      description:
-        'The registered tools this capability covers (issue 17): a call by op, or by another tool, is denied `tool_not_allowed`. A child may only narrow it.',
-    }),
+  tools: z.array(ToolName).max(64).optional().meta({
+    description:
+      'The registered tools this capability covers (issue 17): a call by op, or by another tool, is denied `tool_not_allowed`. A child may only narrow it.',
+  }),
   approval_required: z.array(SideEffect).max(SIDE_EFFECTS.length).optional().meta({
     description:
       "Side-effect classes whose tool calls need a person's approval under this capability (`irreversible` always does). A child may add classes, never drop one.",
@@ -134,7 +130,7 @@ export const AttenuateBody = z.strictObject({
  * (which itself keeps the five rules) rather than here; bounded by the body's 64 KiB.
  */
 export const ToolArgs = z
-  .record(ArgName, z.json())
+  .record(ArgName, z.unknown())
   .refine((a) => Object.keys(a).length <= MAX_ARGS, `at most ${MAX_ARGS} arguments`)
   .meta({ maxProperties: MAX_ARGS, propertyNames: z.toJSONSchema(ArgName, { target: 'openapi-3.0' }), 'x-checked-by': 'tool-schema' });
 

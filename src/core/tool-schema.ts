@@ -29,6 +29,7 @@ export const TOOL_SCHEMA_CODES = [
   'untagged_union',
   'ref_unsupported',
   'pattern_invalid',
+  'too_deep',
   'unit_missing',
 ] as const;
 export type ToolSchemaCode = (typeof TOOL_SCHEMA_CODES)[number];
@@ -47,6 +48,9 @@ export interface SchemaReport {
   /** Rule 4: numeric fields named like durations or sizes without a unit. */
   readonly warnings: SchemaFinding[];
 }
+
+/** How deep (in JSON pointer segments) a schema may nest: every call's args are checked against it. */
+const MAX_SCHEMA_DEPTH = 64;
 
 type Json = Record<string, unknown>;
 const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -148,6 +152,10 @@ class Checker {
   }
 
   walk(value: unknown, at: string, seen: Set<string> = new Set()): void {
+    if (at.split('/').length > MAX_SCHEMA_DEPTH) {
+      this.breach(3, 'too_deep', at, `${at}: schemas nest at most ${MAX_SCHEMA_DEPTH} keywords deep`);
+      return;
+    }
     if (value === true || !isJson(value)) {
       this.breach(3, 'untyped', at, `${at || '/'}: a schema that accepts anything is unbounded`);
       return;

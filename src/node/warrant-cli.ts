@@ -11,7 +11,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { JSONWebKeySet } from 'jose';
-import { WarrantClient, WarrantError, verifyOffline } from '../client/index.js';
+import { fromMcpTool, WarrantClient, WarrantError, verifyOffline, type McpTool, type ToolRegistration } from '../client/index.js';
 import { httpFetch } from './http-fetch.js';
 
 /** The documented exit codes (README "Command line"). */
@@ -32,6 +32,15 @@ const COMMANDS: Record<string, readonly [string, string]> = {
   capability: ['capability ID', 'GET /v1/capabilities/ID'],
   'audit-log': ['audit-log [QUERY]', 'GET /v1/audit?QUERY (e.g. trajectory_id=t1&limit=10)'],
   'verify-audit': ['verify-audit', 'GET /v1/audit/verify'],
+  tools: [
+    'tools list | import FILE --right RIGHT --target POINTER:KIND',
+    "the tenant's tools; import registers an MCP tools/list answer (FILE, or - for stdin),\n" +
+      'each class from its annotations (docs/api.md); exit 1 when any tool was refused',
+  ],
+  approvals: [
+    'approvals list [STATE] | get ID [--wait S] | approve ID [--note TEXT] | reject ID [--note TEXT]',
+    "calls waiting for a person (an approver's key): list them, read or long-poll one, resolve one",
+  ],
   inspect: [
     'inspect TOKEN|-|FILE [JWKS_URL]',
     'decode a token and verify it offline against the JWKS (default WARRANT_URL/.well-known/jwks.json);\n' +
@@ -51,6 +60,13 @@ Exit codes: 0 success (approve: grant), 1 the server answered with an error, 2 b
 const USAGE = `usage: warrant COMMAND [ARGS] (warrant COMMAND --help)\n\n${Object.values(HELP).join('\n')}\n${FOOTER}`;
 
 class UsageError extends Error {}
+
+/** A tool import in which some tools were refused: printed as is, exit 1. */
+class PartlyRefused extends Error {
+  constructor(readonly out: unknown) {
+    super('some tools were refused');
+  }
+}
 
 /** A request that never reached the server; `url` is what was tried. */
 class Unreachable extends Error {}
@@ -139,6 +155,57 @@ async function inspect(args: string[]): Promise<unknown> {
   return { header: decodePart(header), payload: decodePart(payload), verification: await verifyOffline(token, await fetchJwks(jwks)) };
 }
 
+/** The value after `--flag` in args, if given. */
+function option(args: readonly string[], flag: string): string | undefined {
+  const at = args.indexOf(flag);
+  return at < 0 ? undefined : args[at + 1];
+}
+
+const RIGHTS = ['read', 'write', 'execute', 'connect'] as const;
+const KINDS = ['path', 'host', 'repo', 'url'] as const;
+
+/** `warrant tools import FILE --right RIGHT --target POINTER:KIND`: each tool registered, refusals reported. */
+async function importTools(args: string[]): Promise<{ out: unknown; refused: boolean }> {
+  const file = args[0];
+  const right = option(args, '--right');
+  const [pointer = '', kind = ''] = (option(args, '--target') ?? '').split(':');
+  if (file === undefined || !RIGHTS.includes(right as never) || !pointer.startsWith('/') || !KINDS.includes(kind as never))
+    throw new UsageError(`usage: ${HELP.tools}`);
+  let list: { tools?: McpTool[] };
+  try {
+    list = JSON.parse(readFileSync(file === '-' ? 0 : file, 'utf8')) as { tools?: McpTool[] };
+  } catch {
+    throw new UsageError('tools import: FILE must hold an MCP tools/list answer ({"tools": [...]})');
+  }
+  if (!Array.isArray(list.tools)) throw new UsageError('tools import: FILE has no "tools" list');
+  const c = await client();
+  const where = { right: right as ToolRegistration['right'], target: { pointer, kind: kind as ToolRegistration['target']['kind'] } };
+  const results: unknown[] = [];
+  let refused = false;
+  for (const tool of list.tools) {
+    const { name, registration } = fromMcpTool(tool, where);
+    try {
+      const t = await c.putTool(name, registration);
+      results.push({ name, version: t.version, side_effect: t.side_effect, warnings: t.warnings });
+    } catch (e) {
+      if (!(e instanceof WarrantError) || e.code === 'network') throw e;
+      refused = true;
+      results.push({ name, error: { code: e.code, message: e.message, ...e.details } });
+    }
+  }
+  return { out: { tools: results }, refused };
+}
+
+async function approvals(args: string[]): Promise<unknown> {
+  const [sub, id] = args;
+  const c = await client();
+  const note = option(args, '--note');
+  if (sub === 'list') return { approvals: await c.approvals((id ?? 'pending') as never) };
+  if (sub === 'get' && id !== undefined) return c.approval(id, option(args, '--wait') === undefined ? {} : { waitS: Number(option(args, '--wait')) });
+  if ((sub === 'approve' || sub === 'reject') && id !== undefined) return c.resolveApproval(id, sub, note);
+  throw new UsageError(`usage: ${HELP.approvals}`);
+}
+
 async function run(command: string, args: string[]): Promise<unknown> {
   switch (command) {
     case 'mint':
@@ -158,6 +225,16 @@ async function run(command: string, args: string[]): Promise<unknown> {
       return (await client()).verifyAudit();
     case 'inspect':
       return inspect(args);
+    case 'tools':
+      if (args[0] === 'list') return { tools: await (await client()).tools() };
+      if (args[0] === 'import') {
+        const { out, refused } = await importTools(args.slice(1));
+        if (refused) throw new PartlyRefused(out);
+        return out;
+      }
+      throw new UsageError(`usage: ${HELP.tools}`);
+    case 'approvals':
+      return approvals(args);
     default:
       throw new UsageError(USAGE);
   }
@@ -168,6 +245,10 @@ function report(e: unknown): number {
   if (e instanceof UsageError) {
     console.error(e.message);
     return EXIT.usage;
+  }
+  if (e instanceof PartlyRefused) {
+    console.log(JSON.stringify(e.out, null, 2));
+    return EXIT.error;
   }
   if (e instanceof Unreachable) {
     console.error(`warrant: ${e.message}`);

@@ -6,7 +6,7 @@
 import { checkValidity, deny, evaluateApprove, needsApproval, remainingOf, type ApproveRequest } from '../core/approve.js';
 import { fromMicro, toMicro } from '../core/money.js';
 import { canonicalTarget } from '../core/objects.js';
-import type { ApproveBody } from '../core/schemas.js';
+import { Args, type ApproveBody } from '../core/schemas.js';
 import type { ArgError } from '../core/tool-args.js';
 import { atPointer } from '../core/tool-schema.js';
 import type { CanonicalTarget, Deny, RawTarget, Right, Scalar, SideEffect, VerifiedCapability } from '../core/types.js';
@@ -24,12 +24,30 @@ export type DecisionKit = Pick<Authority, 'tokens' | 'idempotent' | 'guard' | 's
 /** Postgres text and jsonb hold neither NUL nor lone surrogates (as schemas.ts `text` refuses them). */
 const UNSTORABLE = /\0|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
-/** Paths of strings in a JSON value that the store could not keep unchanged. */
-function unstorable(v: unknown, path: string, out: FieldError[]): void {
-  if (typeof v === 'string') {
-    if (UNSTORABLE.test(v)) out.push({ path, message: 'must not contain NUL or unpaired surrogates' });
-  } else if (Array.isArray(v)) v.forEach((x, i) => unstorable(x, `${path}.${i}`, out));
-  else if (typeof v === 'object' && v !== null) for (const [k, x] of Object.entries(v)) unstorable(x, `${path}.${k}`, out);
+/** The deepest a call by tool's args may nest: its schema's checks, hashing and audit walk them. */
+export const MAX_ARGS_DEPTH = 32;
+
+/**
+ * Paths in a call by tool's args that cannot be taken: strings the store could not keep unchanged,
+ * and values nested deeper than MAX_ARGS_DEPTH (reported once, at the first such path). Iterative:
+ * a 64 KiB body can nest thousands deep.
+ */
+function unstorable(root: unknown, out: FieldError[]): void {
+  const stack: [unknown, string, number][] = [[root, 'args', 0]];
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    const [v, path, depth] = item;
+    if (typeof v === 'string') {
+      if (UNSTORABLE.test(v)) out.push({ path, message: 'must not contain NUL or unpaired surrogates' });
+    } else if (typeof v === 'number') {
+      if (!Number.isFinite(v)) out.push({ path, message: 'must be a finite number' });
+    } else if (typeof v === 'object' && v !== null) {
+      if (depth >= MAX_ARGS_DEPTH) {
+        out.push({ path, message: `nested deeper than ${MAX_ARGS_DEPTH}` });
+        return;
+      }
+      for (const [k, x] of Object.entries(v)) stack.push([x, `${path}.${k}`, depth + 1]);
+    }
+  }
 }
 
 /** The target of a call by tool: the args' value at the tool's pointer, as an object of its kind. */
@@ -46,14 +64,14 @@ export class Approver {
     if (!cost.ok) errors.push({ path: 'cost', message: cost.error });
     if (body.tool !== undefined) {
       for (const f of ['op', 'target'] as const) if (body[f] !== undefined) errors.push({ path: f, message: 'not with tool: the tool decides it' });
-      unstorable(body.args ?? {}, 'args', errors);
+      unstorable(body.args ?? {}, errors);
       if (errors.length > 0 || !cost.ok) throw invalidRequest(errors);
       return this.approveByTool(tenantId, body, body.tool, cost.value, ctx);
     }
     for (const f of ['op', 'target'] as const) if (body[f] === undefined) errors.push({ path: f, message: 'required (or name a tool)' });
-    for (const [k, v] of Object.entries(body.args ?? {}))
-      if (typeof v !== 'string' && typeof v !== 'number' && typeof v !== 'boolean')
-        errors.push({ path: `args.${k}`, message: 'a string, number or boolean (nested values only in a call by tool)' });
+    // A call by op takes scalar args only (docs/api.md); nested values are for calls by tool.
+    const scalars = Args.safeParse(body.args ?? {});
+    if (!scalars.success) for (const i of scalars.error.issues) errors.push({ path: ['args', ...i.path.map(String)].join('.'), message: i.message });
     const raw = body.target;
     const target = raw === undefined ? null : canonicalTarget(raw);
     if (raw !== undefined && target !== null && !target.ok)

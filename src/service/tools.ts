@@ -34,7 +34,7 @@ const MAX_SCHEMA_KEYS = 64;
 export const PutToolBody = z.strictObject({
   description: text(4096),
   input_schema: z
-    .record(z.string().min(1).max(128), z.json())
+    .record(z.string().min(1).max(128), z.unknown())
     .refine((s) => Object.keys(s).length <= MAX_SCHEMA_KEYS, `at most ${MAX_SCHEMA_KEYS} keywords`)
     .meta({
       description: 'A JSON Schema (2020-12) for the args, checked against the five rules on every nested schema.',

@@ -16,6 +16,7 @@ import ts from 'typescript';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
 import { BACKENDS } from '../support/db.js';
 import { mintBody, startHarness, type Called, type Harness } from '../support/app.js';
+import { SHELL, VIEW } from '../support/tools.js';
 
 type Json = Record<string, unknown>;
 const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -35,6 +36,13 @@ const API_DENY_CODES = [
   'budget_exhausted',
   'calls_exhausted',
   'arg_violates_bound',
+  // issue 17: approve by tool
+  'unknown_tool',
+  'args_invalid',
+  'call_id_required',
+  'tool_not_allowed',
+  'approval_rejected',
+  'approval_expired',
 ];
 const API_VIOLATION_CODES = [
   'right_widened',
@@ -53,9 +61,10 @@ const CODES_BY_STATUS: Record<string, string[]> = {
   401: ['unauthorized'],
   403: ['forbidden', 'attenuation_refused'],
   404: ['not_found'],
-  409: ['idempotency_conflict', 'in_flight', 'not_yet_covered'],
+  409: ['idempotency_conflict', 'in_flight', 'not_yet_covered', 'approval_resolved'],
   413: ['payload_too_large'],
   415: ['unsupported_media_type'],
+  422: ['tool_schema_refused'],
   503: ['unavailable'],
 };
 
@@ -446,6 +455,49 @@ describe('GET /openapi.json, response side', () => {
       await h.database.db.execute(sql`UPDATE audit SET detail = '{}'::jsonb WHERE id = ${approveRow}`);
       const failed = await call('/v1/audit/verify', 'GET', '/v1/audit/verify');
       expect(failed.body.ok).toBe(false);
+      expect(problems).toEqual([]);
+    });
+
+    test('tools and approvals (issue 17)', async () => {
+      expect((await call('/v1/tools/{name}', 'PUT', '/v1/tools/shell', SHELL)).status).toBe(201);
+      expect((await call('/v1/tools/{name}', 'PUT', '/v1/tools/shell', SHELL)).status).toBe(200);
+      expect((await call('/v1/tools/{name}', 'PUT', '/v1/tools/view', VIEW)).status).toBe(201);
+      const refused = await call('/v1/tools/{name}', 'PUT', '/v1/tools/bad', {
+        ...VIEW,
+        input_schema: { type: 'object', properties: { p: { type: 'string' } } },
+      });
+      expect([refused.status, refused.body.error.violations.length]).toEqual([422, 3]);
+      expect((await call('/v1/tools/{name}', 'PUT', '/v1/tools/bad', { ...VIEW, side_effect: 'maybe' })).status).toBe(400);
+      expect((await call('/v1/tools', 'GET', '/v1/tools')).body.tools.length).toBe(2);
+      expect((await call('/v1/tools/{name}', 'GET', '/v1/tools/shell?version=1')).status).toBe(200);
+      expect((await call('/v1/tools/{name}', 'GET', '/v1/tools/none')).status).toBe(404);
+      const root = await call(
+        '/v1/capabilities',
+        'POST',
+        '/v1/capabilities',
+        mintBody({ trajectory_id: 't-tools', rights: ['read', 'execute'], objects: [{ kind: 'path', prefix: '/workspace' }] }),
+      );
+      const token = root.body.token as string;
+      const view = await call('/v1/approve', 'POST', '/v1/approve', { token, tool: 'view', args: { path: '/workspace/a' }, cost: 0 });
+      expect(view.body.decision).toBe('grant');
+      const invalid = await call('/v1/approve', 'POST', '/v1/approve', { token, tool: 'view', args: { path: 1 }, cost: 0 });
+      expect(invalid.body.reason.fields[0].path).toBe('args.path');
+      const shell = { token, tool: 'shell', args: { command: 'make', cwd: '/workspace', timeout_ms: 60000 }, cost: 0.1, call_id: 'sh-1' };
+      const pending = await call('/v1/approve', 'POST', '/v1/approve', shell);
+      expect(pending.body.decision).toBe('pending');
+      const id = pending.body.approval_id as string;
+      expect((await call('/v1/approve', 'POST', '/v1/approve', shell)).body.replayed).toBe(true);
+      expect((await call('/v1/approvals', 'GET', '/v1/approvals?state=pending')).body.approvals.length).toBe(1);
+      expect((await call('/v1/approvals', 'GET', '/v1/approvals?state=maybe')).status).toBe(400);
+      expect((await call('/v1/approvals/{id}', 'GET', `/v1/approvals/${id}?wait_s=0`)).body.state).toBe('pending');
+      expect((await call('/v1/approvals/{id}', 'GET', '/v1/approvals/apv_none')).status).toBe(404);
+      expect((await call('/v1/approvals/{id}', 'POST', `/v1/approvals/${id}`, { decision: 'approve', note: 'ok' })).body.outcome.decision).toBe('grant');
+      expect((await call('/v1/approvals/{id}', 'POST', `/v1/approvals/${id}`, { decision: 'reject' })).status).toBe(409);
+      expect((await call('/v1/approvals/{id}', 'POST', `/v1/approvals/${id}`, { decision: 'maybe' })).status).toBe(400);
+      expect((await call('/v1/approvals/{id}', 'POST', '/v1/approvals/apv_none', { decision: 'approve' })).status).toBe(404);
+      expect((await call('/v1/approve', 'POST', '/v1/approve', shell)).body).toMatchObject({ decision: 'grant', replayed: true });
+      const rows = await call('/v1/audit', 'GET', '/v1/audit?trajectory_id=t-tools');
+      expect(rows.body.entries.map((e: Json) => e.decision)).toContain('pending');
       expect(problems).toEqual([]);
     });
 

@@ -147,7 +147,9 @@ class Walker {
       if (!isNumber(s.maxProperties) || s.propertyNames === undefined) this.report(at, 'record_unbounded');
       else this.walk(s.propertyNames, `${at}{name}`);
       if (zdef !== undefined && zdef.type !== 'record') this.report(at, 'zod_mismatch');
-      this.walk(extra, `${at}{}`, zdef?.valueType);
+      // A JSON value checked by the tool-schema rules instead (issue 17: a tool's input_schema, and the
+      // args of a call by tool, checked against that schema): bounded in size and names, its values are not typed here.
+      if (!CHECKED_BY.has(String(s['x-checked-by']))) this.walk(extra, `${at}{}`, zdef?.valueType);
     } else if (extra !== false) this.report(at, 'open_object'); // its listed properties are still checked below
     for (const name of required) if (!(name in props)) this.report(`${at}.${name}`, 'required_unknown');
     const shape = zdef?.shape;
@@ -273,6 +275,7 @@ describe('the schema walker', () => {
       target: { oneOf: [tagged('a', { p: str }), { $ref: '#/components/schemas/B' }] },
       scalar: { anyOf: [str, { type: 'number', minimum: 0, maximum: 1 }, { type: 'boolean' }] },
       args: { type: 'object', additionalProperties: str, maxProperties: 3, propertyNames: str },
+      json: { type: 'object', additionalProperties: {}, maxProperties: 3, propertyNames: str, 'x-checked-by': 'tool-schema' },
     });
     const w = walkOne(good, undefined, { B: tagged('b') });
     expect(w.problems).toEqual([]);
@@ -311,6 +314,11 @@ describe('the schema walker', () => {
       'a record without propertyNames',
       closed({ a: { type: 'object', additionalProperties: str, maxProperties: 3 } }),
       [{ at: 'body.a', rule: 'record_unbounded' }],
+    ],
+    [
+      'a record of JSON values not checked by the tool-schema rules',
+      closed({ a: { type: 'object', additionalProperties: {}, maxProperties: 3, propertyNames: { type: 'string', maxLength: 9 } } }),
+      [{ at: 'body.a{}', rule: 'untyped' }],
     ],
     [
       'a record with unbounded names',
@@ -381,10 +389,14 @@ const API_ENDPOINTS: [string, string, 'tenant' | 'none'][] = [
 ];
 
 /** API.md: the fields each request body must carry. */
+/** Where a record's values are checked by other rules than these, as its `x-checked-by` names them (src/core/tool-schema.ts). */
+const CHECKED_BY = new Set(['tool-schema', 'tool-schema-rules']);
+
 const REQUIRED_BODY_FIELDS: [string, string[]][] = [
   ['/v1/capabilities', ['trajectory_id', 'rights', 'objects', 'ttl_s']],
   ['/v1/attenuate', ['parent_token', 'rights', 'objects']],
-  ['/v1/approve', ['token', 'op', 'target', 'cost']],
+  // issue 17: a call names op and target, or a tool (which decides them): neither is required by itself.
+  ['/v1/approve', ['token', 'cost']],
   ['/v1/revoke', ['capability_id']],
 ];
 
@@ -417,7 +429,9 @@ describe('GET /openapi.json', () => {
       'POST /v1/attenuate body.predicate.max_cost',
       'POST /v1/approve body.target|3.url',
       'POST /v1/approve body.args{name}',
-      'POST /v1/approve body.args{}|2',
+      'PUT /v1/tools/{name} body.target.pointer',
+      'PUT /v1/tools/{name} body.input_schema{name}',
+      'POST /v1/approvals/{id} body.note',
       'POST /v1/revoke body.reason',
       'POST /v1/capabilities header.idempotency-key',
       'GET /v1/capabilities/{id} path.id',

@@ -1,0 +1,216 @@
+/**
+ * Human approval of tool calls (issue 17): an irreversible call answers `pending` and charges
+ * nothing; an approver's key approves it and the call is granted and charged exactly once, however
+ * often the driver repeats and on however many instances (two apps with writers of their own on one
+ * database; on PostgreSQL, two connection pools); rejected and expired calls are denied; the driver
+ * long-polls; every step is an audit row, the resolution under the approver's key.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { createApp } from '../../src/http/app.js';
+import { openDatabase, type Database } from '../../src/node/db.js';
+import { APPROVAL_TTL_S } from '../../src/service/approvals.js';
+import { Store } from '../../src/store/store.js';
+import { DecisionWriter } from '../../src/store/writer.js';
+import { BACKENDS } from '../support/db.js';
+import { startHarness, TEST_DEADLINE_MS, type Harness } from '../support/app.js';
+import { CATALOG } from '../support/tools.js';
+
+type Body = Record<string, unknown>;
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- bodies are read freely; assertions check them
+type Answer = { status: number; body: any };
+type App = ReturnType<typeof createApp>;
+
+async function callOn(app: App, key: string, method: string, path: string, body?: unknown): Promise<Answer> {
+  const res = await app.request(path, {
+    method,
+    headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  return { status: res.status, body: await res.json() };
+}
+
+describe.each(BACKENDS)('approvals on %s', (backend) => {
+  let h: Harness;
+  /** A second instance: its own app and writer (and, on PostgreSQL, its own pool) on the same database. */
+  let other: { app: App; writer: DecisionWriter; database?: Database };
+  let driver: string;
+  let approver: { key: string; id: string };
+  let seq = 0;
+
+  beforeAll(async () => {
+    h = await startHarness(backend);
+    const database = backend === 'postgres' ? await openDatabase({ databaseUrl: String(h.database.url), poolSize: 4 }) : undefined;
+    const db = database?.db ?? h.database.db;
+    const writer = new DecisionWriter(db, { now: h.clock.now, deadlineMs: TEST_DEADLINE_MS });
+    other = {
+      app: createApp({ store: new Store(db), writer, keys: h.keys, auditKeys: h.auditKeys, now: h.clock.now, deadlineMs: TEST_DEADLINE_MS }),
+      writer,
+      ...(database === undefined ? {} : { database }),
+    };
+    for (const [name, tool] of Object.entries(CATALOG)) expect((await h.call('PUT', `/v1/tools/${name}`, tool)).status).toBe(201);
+    driver = (await h.call('POST', '/v1/api-keys', { name: 'driver', roles: ['driver'] })).body.api_key as string;
+    const made = await h.call('POST', '/v1/api-keys', { name: 'approver', roles: ['approver'] });
+    approver = { key: made.body.api_key as string, id: made.body.key_id as string };
+  });
+  afterAll(async () => {
+    await other.writer.flush();
+    await other.database?.close();
+    await h.close();
+  });
+
+  const on = (which: 'a' | 'b'): App => (which === 'a' ? h.app : other.app);
+
+  async function mint(): Promise<{ token: string; capability_id: string; trajectory_id: string }> {
+    const r = await h.call('POST', '/v1/capabilities', {
+      trajectory_id: `apv-${++seq}`,
+      rights: ['read', 'write', 'execute'],
+      objects: [{ kind: 'path', prefix: '/workspace' }],
+      predicate: { budget: 10, max_calls: 100 },
+      ttl_s: 7200,
+    });
+    expect(r.status).toBe(201);
+    return r.body;
+  }
+
+  const shell = (token: string, callId: string, which: 'a' | 'b' = 'a'): Promise<Answer> =>
+    callOn(on(which), driver, 'POST', '/v1/approve', {
+      token,
+      tool: 'shell',
+      args: { command: 'rm -rf build', cwd: '/workspace/app', timeout_ms: 30000 },
+      cost: 0.5,
+      call_id: callId,
+    });
+  const resolve = (id: string, decision: 'approve' | 'reject', which: 'a' | 'b' = 'a', note?: string): Promise<Answer> =>
+    callOn(on(which), approver.key, 'POST', `/v1/approvals/${id}`, { decision, ...(note === undefined ? {} : { note }) });
+  const spend = async (id: string): Promise<[number, number]> => {
+    const c = (await h.call('GET', `/v1/capabilities/${id}`)).body as Body;
+    return [c.spent as number, c.calls as number];
+  };
+  const rows = async (trajectory: string): Promise<Body[]> => (await h.call('GET', `/v1/audit?trajectory_id=${trajectory}&limit=1000`)).body.entries as Body[];
+  const steps = (entries: Body[]): string[] => entries.map((e) => [e.event, e.decision, e.reason_code ?? ''].join(':'));
+
+  test('an irreversible call waits; approved, it is granted and charged once, whatever repeats on two instances', async () => {
+    const cap = await mint();
+    const asked = await shell(cap.token, 'run-1');
+    expect(asked.status).toBe(200);
+    expect(asked.body).toMatchObject({ decision: 'pending', reason: null, capability_id: cap.capability_id });
+    expect(asked.body.approval_id).toMatch(/^apv_/);
+    expect(Date.parse(asked.body.expires_at as string)).toBe(h.clock.ms + APPROVAL_TTL_S * 1000);
+    const id = asked.body.approval_id as string;
+    expect(await spend(cap.capability_id)).toEqual([0, 0]);
+
+    // Seen by the driver (its own call) and listed for approvers.
+    expect((await callOn(h.app, driver, 'GET', `/v1/approvals/${id}`)).body).toMatchObject({
+      state: 'pending',
+      tool: 'shell',
+      tool_version: 1,
+      call_id: 'run-1',
+      outcome: null,
+    });
+    const listed = await callOn(other.app, approver.key, 'GET', '/v1/approvals');
+    expect((listed.body.approvals as Body[]).map((a) => a.approval_id)).toContain(id);
+    // A repeat before approval: still pending, on the other instance too.
+    expect((await shell(cap.token, 'run-1', 'b')).body).toMatchObject({ decision: 'pending', approval_id: id, replayed: true });
+    // A driver may not resolve its own call.
+    expect((await callOn(h.app, driver, 'POST', `/v1/approvals/${id}`, { decision: 'approve' })).status).toBe(403);
+
+    // Approvers on both instances, and the driver repeating on both, all at once.
+    const answers = await Promise.all([
+      resolve(id, 'approve', 'a', 'ok'),
+      resolve(id, 'approve', 'b', 'ok'),
+      shell(cap.token, 'run-1', 'a'),
+      shell(cap.token, 'run-1', 'b'),
+      resolve(id, 'approve', 'b'),
+      shell(cap.token, 'run-1', 'b'),
+    ]);
+    for (const r of [answers[0], answers[1], answers[4]]) expect([r?.status, r?.body.state]).toEqual([200, 'approved']);
+    for (const r of [answers[2], answers[3], answers[5]]) expect(['pending', 'grant']).toContain(r?.body.decision);
+
+    const after = await shell(cap.token, 'run-1', 'b');
+    expect(after.body).toMatchObject({ decision: 'grant', approval_id: id, replayed: true, budget_remaining: 9.5, calls_remaining: 99 });
+    expect(await spend(cap.capability_id)).toEqual([0.5, 1]);
+    const view = await callOn(other.app, driver, 'GET', `/v1/approvals/${id}`);
+    expect(view.body).toMatchObject({ state: 'approved', resolved_by: approver.id, outcome: { decision: 'grant', approval_id: id } });
+
+    const entries = await rows(cap.trajectory_id);
+    expect(steps(entries)).toEqual(['mint:grant:', 'approve:pending:', 'approval:grant:', 'approve:grant:']);
+    expect(entries[2]).toMatchObject({ key_id: approver.id, detail: { approval_id: id, resolution: 'approved' } });
+    expect(entries[3]).toMatchObject({ key_id: approver.id, call_id: 'run-1', op: 'execute', cost: 0.5, id: view.body.outcome.audit_id });
+    expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+
+    const late = await resolve(id, 'reject');
+    expect([late.status, late.body.error.code, late.body.error.state]).toEqual([409, 'approval_resolved', 'approved']);
+  });
+
+  test('a rejected call is denied approval_rejected, with the note, and charges nothing', async () => {
+    const cap = await mint();
+    const id = (await shell(cap.token, 'run-r')).body.approval_id as string;
+    const r = await resolve(id, 'reject', 'b', 'not on prod');
+    expect(r.body).toMatchObject({
+      state: 'rejected',
+      note: 'not on prod',
+      resolved_by: approver.id,
+      outcome: { decision: 'deny', reason: { code: 'approval_rejected' } },
+    });
+    const again = await shell(cap.token, 'run-r');
+    expect([again.body.decision, again.body.reason.code, again.body.replayed]).toEqual(['deny', 'approval_rejected', true]);
+    expect(await spend(cap.capability_id)).toEqual([0, 0]);
+    expect(steps(await rows(cap.trajectory_id))).toEqual([
+      'mint:grant:',
+      'approve:pending:',
+      'approval:deny:approval_rejected',
+      'approve:deny:approval_rejected',
+    ]);
+    expect((await resolve(id, 'approve')).status).toBe(409);
+  });
+
+  test('unresolved by expires_at, the call is denied approval_expired, once', async () => {
+    const cap = await mint();
+    const id = (await shell(cap.token, 'run-x')).body.approval_id as string;
+    h.clock.advance(APPROVAL_TTL_S + 1);
+    const [seen, repeated, approving] = await Promise.all([
+      callOn(other.app, driver, 'GET', `/v1/approvals/${id}`),
+      shell(cap.token, 'run-x'),
+      resolve(id, 'approve', 'b'),
+    ]);
+    expect(seen.body).toMatchObject({ state: 'expired', resolved_by: null, outcome: { decision: 'deny', reason: { code: 'approval_expired' } } });
+    expect([repeated.body.decision, repeated.body.reason.code]).toEqual(['deny', 'approval_expired']);
+    expect([approving.status, approving.body.error.state]).toEqual([409, 'expired']);
+    expect(await spend(cap.capability_id)).toEqual([0, 0]);
+    expect(steps(await rows(cap.trajectory_id))).toEqual(['mint:grant:', 'approve:pending:', 'approve:deny:approval_expired']);
+  });
+
+  test('the driver long-polls until the call is resolved', async () => {
+    const cap = await mint();
+    const id = (await shell(cap.token, 'run-p')).body.approval_id as string;
+    const started = Date.now();
+    const polling = callOn(h.app, driver, 'GET', `/v1/approvals/${id}?wait_s=10`);
+    await new Promise((r) => setTimeout(r, 400));
+    await resolve(id, 'approve', 'b');
+    const polled = await polling;
+    expect(polled.body).toMatchObject({ state: 'approved', outcome: { decision: 'grant' } });
+    expect(Date.now() - started).toBeLessThan(8000);
+    // Unresolved, the wait ends on time with the approval still pending.
+    const waiting = (await shell(cap.token, 'run-q')).body.approval_id as string;
+    const t0 = Date.now();
+    expect((await callOn(h.app, driver, 'GET', `/v1/approvals/${waiting}?wait_s=1`)).body.state).toBe('pending');
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(700);
+    expect((await callOn(h.app, driver, 'GET', `/v1/approvals/${waiting}?wait_s=31`)).status).toBe(400);
+  });
+
+  test('a capability revoked while its call waits: approval decides it as approve would now', async () => {
+    const cap = await mint();
+    const id = (await shell(cap.token, 'run-v')).body.approval_id as string;
+    expect((await h.call('POST', '/v1/revoke', { capability_id: cap.capability_id })).status).toBe(200);
+    const r = await resolve(id, 'approve');
+    expect(r.body).toMatchObject({ state: 'approved', outcome: { decision: 'deny', reason: { code: 'revoked' } } });
+    expect(await spend(cap.capability_id)).toEqual([0, 0]);
+  });
+
+  test('approvals of another tenant are not found', async () => {
+    const cap = await mint();
+    const id = (await shell(cap.token, 'run-t')).body.approval_id as string;
+    expect((await h.call('GET', `/v1/approvals/${id}`, undefined, { as: 'b' })).status).toBe(404);
+    expect((await h.call('POST', `/v1/approvals/${id}`, { decision: 'approve' }, { as: 'b' })).status).toBe(404);
+  });
+});
