@@ -15,10 +15,13 @@ import type { Readable } from 'node:stream';
 // miniflare is wrangler's own local runtime (pinned by wrangler 4.86.0), hoisted into node_modules.
 import { Miniflare } from 'miniflare';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+// esbuild is what wrangler bundles with (pinned to wrangler's version): here it bundles the small validator Worker.
+import { build } from 'esbuild';
 import { createTenant } from '../src/service/tenants.js';
 import { Store } from '../src/store/store.js';
 import { KEYS, mintBody, startHarness } from './support/app.js';
 import { BACKENDS, openTestDatabase, type TestDatabase } from './support/db.js';
+import { SHELL } from './support/tools.js';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const COMPATIBILITY_DATE = /^compatibility_date\s*=\s*"([^"]+)"/m.exec(readFileSync(join(ROOT, 'wrangler.toml'), 'utf8'))?.[1];
@@ -169,6 +172,49 @@ describe('the Workers bundle', () => {
       30_000,
     );
 
+    describe('tool schemas and args in workerd (issue 17: no code generation at run time)', () => {
+      let mf: Miniflare;
+      beforeAll(async () => {
+        const out = await build({
+          entryPoints: [join(ROOT, 'test/support/validator-worker.ts')],
+          bundle: true,
+          format: 'esm',
+          platform: 'neutral',
+          mainFields: ['module', 'main'],
+          write: false,
+        });
+        mf = new Miniflare({
+          modules: true,
+          script: out.outputFiles[0]?.text ?? '',
+          compatibilityDate: COMPATIBILITY_DATE,
+          compatibilityFlags: ['nodejs_compat'],
+        });
+        await mf.ready;
+      }, 30_000);
+      afterAll(async () => mf?.dispose());
+
+      const check = async (schema: unknown, args: unknown): Promise<{ violations: { code: string }[]; errors: { path: string }[] }> =>
+        (await (await mf.dispatchFetch('http://validator.test/', { method: 'POST', body: JSON.stringify({ schema, args }) })).json()) as never;
+
+      test('workerd refuses code generation from strings (the control)', async () => {
+        const r = (await (await mf.dispatchFetch('http://validator.test/eval')).json()) as { refused?: string };
+        expect(r.refused).toMatch(/code generation/i);
+      });
+
+      test('the shell tool checks, and its args are validated with every failing path', async () => {
+        const schema = SHELL.input_schema;
+        expect((await check(schema, { command: 'ls', cwd: '/w', timeout_ms: 5000 })).errors).toEqual([]);
+        const bad = await check(schema, { command: '', timeout_ms: 999_999, extra: 1 });
+        expect(bad.violations).toEqual([]);
+        expect(bad.errors.map((e) => e.path).sort()).toEqual(['args.command', 'args.cwd', 'args.extra', 'args.timeout_ms']);
+        expect((await check({ type: 'object', properties: { a: { type: 'string' } } }, {})).violations.map((v) => v.code)).toEqual([
+          'open_object',
+          'required_missing',
+          'string_unbounded',
+        ]);
+      });
+    });
+
     describe.skipIf(!BACKENDS.includes('postgres'))('on a PostgreSQL server', () => {
       let database: TestDatabase;
       let apiKey: string;
@@ -230,6 +276,41 @@ describe('the Workers bundle', () => {
         },
         30_000,
       );
+
+      test('a tool registered and called through the bundle: invalid args denied, valid ones granted, an irreversible call approved', async () => {
+        const worker = await startWorker({ bindings: { DATABASE_URL: database.url as string, WARRANT_SIGNING_KEYS: RING } });
+        try {
+          expect((await worker.call('PUT', '/v1/tools/shell', SHELL, apiKey)).status).toBe(201);
+          const minted = await worker.call(
+            'POST',
+            '/v1/capabilities',
+            mintBody({ trajectory_id: 't-tools', rights: ['execute'], objects: [{ kind: 'path', prefix: '/workspace' }] }),
+            apiKey,
+          );
+          const token = minted.body.token as string;
+          const invalid = await worker.call(
+            'POST',
+            '/v1/approve',
+            { token, tool: 'shell', args: { command: '', cwd: '/workspace', timeout_ms: 1 }, cost: 0, call_id: 'w-0' },
+            apiKey,
+          );
+          expect([invalid.body.decision, invalid.body.reason.code, invalid.body.reason.fields.map((f: { path: string }) => f.path).sort()]).toEqual([
+            'deny',
+            'args_invalid',
+            ['args.command', 'args.timeout_ms'],
+          ]);
+          const call = { token, tool: 'shell', args: { command: 'make', cwd: '/workspace', timeout_ms: 60000 }, cost: 1, call_id: 'w-1' };
+          const pending = await worker.call('POST', '/v1/approve', call, apiKey);
+          expect(pending.body.decision).toBe('pending');
+          const resolved = await worker.call('POST', `/v1/approvals/${pending.body.approval_id}`, { decision: 'approve' }, apiKey);
+          expect([resolved.status, resolved.body.outcome.decision]).toEqual([200, 'grant']);
+          const repeated = await worker.call('POST', '/v1/approve', call, apiKey);
+          expect([repeated.body.decision, repeated.body.budget_remaining]).toEqual(['grant', 9]);
+          expect(worker.logs()).not.toMatch(/code generation/i);
+        } finally {
+          await worker.close();
+        }
+      }, 60_000);
 
       test('mint, attenuate (and a refusal), approve, revoke and audit answer as on Node', async () => {
         const worker = await startWorker({ bindings: { DATABASE_URL: database.url as string, WARRANT_SIGNING_KEYS: RING } });
