@@ -4,10 +4,11 @@
  * its delegation tree by trajectory name with spend and call meters against their limits, revoked
  * and expired marked, the denials under the capability that was denied and refused attenuations
  * under the parent that asked, a chart of grants and denials over time (inline SVG), the top deny
- * reasons, and its audit stream, filterable.
+ * reasons, and its audit stream, filterable. Above them, the calls waiting for a person's approval
+ * (issue 17), each approved or rejected with a note from the page by a key with the approver role.
  *
  * The page holds no data of its own: it reads the API (GET /v1/audit/trajectories, /v1/audit,
- * /v1/capabilities/{id}) with the key the operator types, kept in a variable of the page only (no
+ * /v1/capabilities/{id}, /v1/approvals) and resolves approvals (POST /v1/approvals/{id}) with the key the operator types, kept in a variable of the page only (no
  * storage, no cookie: gone with the tab). Script and styles come from this origin only under a
  * strict Content-Security-Policy, and every value from the API is written as text, never as HTML.
  */
@@ -30,7 +31,7 @@ export const UI_HTML = `<!doctype html>
 <header>
   <h1>Warrant</h1>
   <form id="connect">
-    <label>API key (auditor) <input id="key" type="password" autocomplete="off" required></label>
+    <label>API key (auditor; approver to resolve approvals) <input id="key" type="password" autocomplete="off" required></label>
     <button type="submit">Connect</button>
   </form>
   <form id="open">
@@ -40,6 +41,10 @@ export const UI_HTML = `<!doctype html>
   <p id="status" role="status"></p>
 </header>
 <main>
+  <section id="approvals" hidden>
+    <h2>Pending approvals</h2>
+    <table id="pending"><thead><tr><th>tool</th><th>trajectory</th><th>call</th><th>target</th><th>args</th><th>cost</th><th>expires</th><th>note</th><th></th></tr></thead><tbody></tbody></table>
+  </section>
   <section id="recent">
     <h2>Recent trajectories</h2>
     <table id="trajectories"><thead><tr><th>trajectory</th><th>last activity</th><th>grants</th><th>denials</th><th>calls</th><th>spent</th></tr></thead><tbody></tbody></table>
@@ -58,7 +63,7 @@ export const UI_HTML = `<!doctype html>
     <h3>Audit stream</h3>
     <div id="filters">
       <label>Decision <select id="f-decision"><option value="">all</option><option>grant</option><option>deny</option></select></label>
-      <label>Event <select id="f-event"><option value="">all</option><option>mint</option><option>attenuate</option><option>approve</option><option>revoke</option><option>access</option></select></label>
+      <label>Event <select id="f-event"><option value="">all</option><option>mint</option><option>attenuate</option><option>approve</option><option>approval</option><option>revoke</option><option>tool</option><option>access</option></select></label>
       <label>Search <input id="f-text" placeholder="reason, capability, target…"></label>
     </div>
     <table id="audit"><thead><tr><th>#</th><th>at</th><th>trajectory</th><th>event</th><th>decision</th><th>reason</th><th>message</th><th>capability</th><th>target</th><th>cost</th></tr></thead><tbody></tbody></table>
@@ -91,6 +96,8 @@ meter{width:9rem}
 .denials,.refusals{margin:.3rem 0 0;padding-left:1.2rem}
 .denial .code,.refusal .code{font-family:monospace;color:#b00020}
 .message{color:#444}
+#pending td.args{font-family:monospace;max-width:28rem;overflow-wrap:anywhere}#pending .side-effect{color:#842029;margin-left:.3rem}
+#pending button{margin-right:.3rem}
 `;
 
 export const UI_JS = `'use strict';
@@ -112,8 +119,10 @@ const status = (text) => { $('#status').textContent = text; };
 
 class ApiFailure extends Error {}
 
-async function api(path) {
-  const res = await fetch(path, { headers: { authorization: 'Bearer ' + apiKey }, credentials: 'omit', cache: 'no-store' });
+async function api(path, method = 'GET', payload = undefined) {
+  const headers = { authorization: 'Bearer ' + apiKey };
+  if (payload !== undefined) headers['content-type'] = 'application/json';
+  const res = await fetch(path, { method, headers, credentials: 'omit', cache: 'no-store', ...(payload === undefined ? {} : { body: JSON.stringify(payload) }) });
   const body = await res.json().catch(() => ({}));
   if (!res.ok) throw new ApiFailure(body.error ? body.error.code : 'HTTP ' + res.status);
   return body;
@@ -149,6 +158,53 @@ function denyMessage(e) {
   return '';
 }
 const fmt = (n) => Number.isInteger(n) ? String(n) : String(Math.round(n * 1e6) / 1e6);
+
+// ---- pending approvals (issue 17) ----
+
+/** The calls waiting for a person; hidden when the key may not list them. */
+async function loadApprovals() {
+  let approvals;
+  try {
+    ({ approvals } = await api('/v1/approvals?state=pending&limit=100'));
+  } catch (e) {
+    if (e instanceof ApiFailure && e.message === 'forbidden') { $('#approvals').hidden = true; return; }
+    throw e;
+  }
+  $('#approvals').hidden = false;
+  const rows = approvals.map((a) => {
+    const note = el('input', { className: 'note', placeholder: 'note', maxLength: 1024 });
+    const act = (decision) => {
+      const b = el('button', { type: 'button', className: decision, textContent: decision === 'approve' ? 'Approve' : 'Reject' });
+      b.addEventListener('click', () => void resolveApproval(a.approval_id, decision, note.value.trim()));
+      return b;
+    };
+    const args = JSON.stringify(a.args);
+    const row = el('tr', {},
+      el('td', { className: 'tool' }, a.tool + ' v' + a.tool_version, el('span', { className: 'side-effect', textContent: a.side_effect })),
+      el('td', {}, linkTo(a.trajectory_id)),
+      el('td', { className: 'call', textContent: a.call_id ?? '' }),
+      el('td', { className: 'target', textContent: a.op + ' ' + describe(a.target) }),
+      el('td', { className: 'args', textContent: args.length > 400 ? args.slice(0, 400) + '…' : args }),
+      el('td', { className: 'num', textContent: fmt(a.cost) }),
+      el('td', { className: 'at', textContent: a.expires_at }),
+      el('td', {}, note),
+      el('td', {}, act('approve'), act('reject')));
+    row.dataset.approval = a.approval_id;
+    return row;
+  });
+  $('#pending tbody').replaceChildren(...(rows.length ? rows : [el('tr', { className: 'none' }, el('td', { colSpan: 9, textContent: 'no calls waiting' }))]));
+}
+
+async function resolveApproval(id, decision, note) {
+  try {
+    const a = await api('/v1/approvals/' + encodeURIComponent(id), 'POST', note ? { decision, note } : { decision });
+    const outcome = a.outcome ? a.outcome.decision + (a.outcome.reason ? ' ' + a.outcome.reason.code : '') : '';
+    status('approval ' + id + ': ' + a.state + (outcome ? ' → ' + outcome : ''));
+  } catch (e) {
+    status('error: ' + (e instanceof ApiFailure ? e.message : 'the server could not be reached'));
+  }
+  try { await loadApprovals(); } catch { /* the status above says what happened */ }
+}
 
 // ---- recent trajectories ----
 
@@ -318,7 +374,16 @@ async function openTrajectory(name) {
 async function show() {
   if (!apiKey) { const t = hashTrajectory(); status(t === null ? 'enter an API key' : 'enter an API key to open ' + t); return; }
   try {
-    const n = await loadRecent();
+    await loadApprovals();
+    let n;
+    try {
+      n = await loadRecent();
+    } catch (e) {
+      // An approver's key without the auditor role: the approvals panel is the page.
+      if (!(e instanceof ApiFailure && e.message === 'forbidden') || $('#approvals').hidden) throw e;
+      status('this key may resolve approvals but not read the audit');
+      return;
+    }
     const t = hashTrajectory();
     if (t !== null) await openTrajectory(t);
     else { $('#view').hidden = true; status(n + ' recent trajectories'); }

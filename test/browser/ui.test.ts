@@ -13,6 +13,7 @@ import { serve, type ServerType } from '@hono/node-server';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { startHarness, type Harness } from '../support/app.js';
+import { SHELL } from '../support/tools.js';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const XSS = '<img src=x onerror="window.__xss=1">';
@@ -349,7 +350,70 @@ describe('the operator page', () => {
     await page.close();
   });
 
+  test('pending approvals: resolved from the page with a note, by a key with the approver role (issue 17)', async () => {
+    expect((await http('PUT', '/v1/tools/shell', SHELL)).status).toBe(201);
+    const cap = (
+      await http('POST', '/v1/capabilities', {
+        trajectory_id: 'deploy-1',
+        rights: ['execute'],
+        objects: [{ kind: 'path', prefix: '/w/deploy-1' }],
+        predicate: { budget: 3 },
+        ttl_s: 3600,
+      })
+    ).body;
+    const call = (id: string, command: string) => ({
+      token: cap.token,
+      tool: 'shell',
+      args: { command, cwd: '/w/deploy-1', timeout_ms: 60000 },
+      cost: 1,
+      call_id: id,
+    });
+    const first = (await http('POST', '/v1/approve', call('deploy', `make deploy ${XSS}`))).body;
+    const second = (await http('POST', '/v1/approve', call('drop', 'psql -c "DROP TABLE users"'))).body;
+    expect([first.decision, second.decision]).toEqual(['pending', 'pending']);
+    const made = await http('POST', '/v1/api-keys', { name: 'on-call', roles: ['auditor', 'approver'] });
+
+    // An auditor sees the calls waiting, but may not resolve them.
+    const page = await open();
+    await connect(page);
+    const row = (id: string) => page.locator(`#pending tr[data-approval="${id}"]`);
+    await row(first.approval_id as string).waitFor();
+    expect(await page.locator('#pending tbody tr').count()).toBe(2);
+    // the args as JSON text (quotes escaped), never as markup
+    expect(
+      await row(first.approval_id as string)
+        .locator('td.args')
+        .textContent(),
+    ).toContain(JSON.stringify(XSS).slice(1, -1));
+    expect(await page.locator('img').count()).toBe(0);
+    await row(first.approval_id as string)
+      .locator('button.approve')
+      .click();
+    await page.waitForSelector('#status:has-text("error: forbidden")');
+    await page.close();
+
+    const approver = await open();
+    await connect(approver, made.body.api_key as string);
+    const r1 = approver.locator(`#pending tr[data-approval="${first.approval_id}"]`);
+    await r1.waitFor();
+    await r1.locator('input.note').fill('change window open');
+    await r1.locator('button.approve').click();
+    await approver.waitForSelector(`#status:has-text("approval ${first.approval_id}: approved → grant")`);
+    await expect.poll(() => approver.locator(`#pending tr[data-approval="${first.approval_id}"]`).count()).toBe(0);
+    await approver.locator(`#pending tr[data-approval="${second.approval_id}"] button.reject`).click();
+    await approver.waitForSelector(`#status:has-text("approval ${second.approval_id}: rejected → deny approval_rejected")`);
+    await approver.waitForSelector('#pending tr.none');
+    await approver.close();
+
+    const resolved = (await http('GET', `/v1/approvals/${first.approval_id}`)).body;
+    expect(resolved).toMatchObject({ state: 'approved', note: 'change window open', resolved_by: made.body.key_id, outcome: { decision: 'grant' } });
+    const repeated = (await http('POST', '/v1/approve', call('deploy', `make deploy ${XSS}`))).body;
+    expect([repeated.decision, repeated.budget_remaining]).toEqual(['grant', 2]);
+    expect((await http('POST', '/v1/approve', call('drop', 'psql -c "DROP TABLE users"'))).body.reason.code).toBe('approval_rejected');
+  });
+
   test('no script error and no CSP violation on any page above', () => {
-    expect(problems.filter((p) => !p.includes('401'))).toEqual([]);
+    // 401 (the wrong key) and 403 (an auditor trying to approve) are answers the page shows, not faults.
+    expect(problems.filter((p) => !p.includes('401') && !p.includes('403'))).toEqual([]);
   });
 });
