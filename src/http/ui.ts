@@ -364,8 +364,10 @@ async function openTrajectory(name) {
   const tops = [...byId.values()].filter((c) => !c.parent_id || !byId.has(c.parent_id));
   const orphans = entries.filter((e) => e.event === 'attenuate' && e.decision === 'deny' && !byId.has(e.parent_id));
   $('#tree').replaceChildren(el('ul', { className: 'tree' }, ...tops.map((c) => capNode(c, byId, entries))), orphans.length ? refusalList(orphans) : '');
-  if (entries.length) renderChart(entries);
-  renderReasons(entries);
+  // The chart and the reasons count decisions: not a call's waiting (pending) nor a person's resolution of it.
+  const decisions = entries.filter((e) => (e.decision === 'grant' || e.decision === 'deny') && e.event !== 'approval');
+  if (decisions.length) renderChart(decisions);
+  renderReasons(decisions);
   renderAudit();
   if (!entries.length) { status('no audit entries for ' + name); return; }
   status(name + ': ' + byId.size + ' capabilities, ' + entries.length + ' audit entries' + (view.complete ? '' : ' (the newest not loaded: too many)'));

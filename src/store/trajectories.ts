@@ -48,13 +48,15 @@ export async function recentTrajectories(db: Db, tenantId: string, limit: number
   // A dry run (approve with dry_run) decided nothing that happened: counted neither as a decision nor as a charge.
   const real = sql`(${audit.detail}->>'dry_run') is null`;
   const isApproveGrant = sql`${audit.event} = 'approve' and ${audit.decision} = 'grant' and ${real}`;
+  // A person's resolution of an approval (issue 17) is not a decision of its own: the call's outcome row is.
+  const decided = sql`${real} and ${audit.event} <> 'approval'`;
   const counts = await db
     .select({
       root: audit.rootTrajectoryId,
       firstAt: min(audit.at),
       lastAt: max(audit.at),
-      grants: sql<number>`count(*) filter (where ${audit.decision} = 'grant' and ${real})`.mapWith(Number),
-      denials: sql<number>`count(*) filter (where ${audit.decision} = 'deny' and ${real})`.mapWith(Number),
+      grants: sql<number>`count(*) filter (where ${audit.decision} = 'grant' and ${decided})`.mapWith(Number),
+      denials: sql<number>`count(*) filter (where ${audit.decision} = 'deny' and ${decided})`.mapWith(Number),
       calls: sql<number>`count(*) filter (where ${isApproveGrant})`.mapWith(Number),
       spent: sql<string>`coalesce(sum(${audit.cost}) filter (where ${isApproveGrant}), 0)::text`,
     })

@@ -87,6 +87,8 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     return [c.spent as number, c.calls as number];
   };
   const rows = async (trajectory: string): Promise<Body[]> => (await h.call('GET', `/v1/audit?trajectory_id=${trajectory}&limit=1000`)).body.entries as Body[];
+  const summary = async (trajectory: string): Promise<Body | undefined> =>
+    ((await h.call('GET', '/v1/audit/trajectories?limit=100')).body.trajectories as Body[]).find((t) => t.root_trajectory_id === trajectory);
   const steps = (entries: Body[]): string[] => entries.map((e) => [e.event, e.decision, e.reason_code ?? ''].join(':'));
 
   test('an irreversible call waits; approved, it is granted and charged once, whatever repeats on two instances', async () => {
@@ -137,6 +139,8 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     expect(entries[2]).toMatchObject({ key_id: approver.id, detail: { approval_id: id, resolution: 'approved' } });
     expect(entries[3]).toMatchObject({ key_id: approver.id, call_id: 'run-1', op: 'execute', cost: 0.5, id: view.body.outcome.audit_id });
     expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+    // The trajectory's summary counts the call once: the person's resolution is not a decision of its own.
+    expect(await summary(cap.trajectory_id)).toMatchObject({ grants: 2, denials: 0, calls: 1, spent: 0.5 });
 
     const late = await resolve(id, 'reject');
     expect([late.status, late.body.error.code, late.body.error.state]).toEqual([409, 'approval_resolved', 'approved']);
@@ -162,6 +166,7 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
       'approve:deny:approval_rejected',
     ]);
     expect((await resolve(id, 'approve')).status).toBe(409);
+    expect(await summary(cap.trajectory_id)).toMatchObject({ grants: 1, denials: 1, calls: 0, spent: 0 });
   });
 
   test('unresolved by expires_at, the call is denied approval_expired, once', async () => {
