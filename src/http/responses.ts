@@ -130,13 +130,10 @@ export const Approval = z
     resolved_at: DateTime.nullable(),
     resolved_by: z.string().nullable().openapi({ description: 'The API key id that approved or rejected it; null while pending or when it expired.' }),
     note: z.string().nullable(),
-    outcome: z
-      .union([Grant, Deny])
-      .nullable()
-      .openapi({
-        description:
-          "The call's decision once resolved: granted (charged then, once) or denied (`approval_rejected`, `approval_expired`, or as approve would deny it now).",
-      }),
+    outcome: z.union([Grant, Deny]).nullable().openapi({
+      description:
+        "The call's decision once resolved: granted (charged then, once) or denied (`approval_rejected`, `approval_expired`, or as approve would deny it now).",
+    }),
   })
   .openapi('Approval');
 export const ApprovalList = z.object({ approvals: z.array(Approval) }).openapi('ApprovalList');
