@@ -28,8 +28,8 @@ const UNSTORABLE = /\0|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\
 export const MAX_ARGS_DEPTH = 32;
 
 /**
- * Paths in a call by tool's args that cannot be taken: strings the store could not keep unchanged,
- * and values nested deeper than MAX_ARGS_DEPTH (reported once, at the first such path). Iterative:
+ * Paths in a call by tool's args that cannot be taken: strings and keys the store could not keep
+ * unchanged, and values nested deeper than MAX_ARGS_DEPTH (reported once, at the first such path). Iterative:
  * a 64 KiB body can nest thousands deep.
  */
 function unstorable(root: unknown, out: FieldError[]): void {
@@ -45,7 +45,12 @@ function unstorable(root: unknown, out: FieldError[]): void {
         out.push({ path, message: `nested deeper than ${MAX_ARGS_DEPTH}` });
         return;
       }
-      for (const [k, x] of Object.entries(v)) stack.push([x, `${path}.${k}`, depth + 1]);
+      for (const [k, x] of Object.entries(v)) {
+        // A key is stored too (the args go into the audit row's jsonb detail): one the store refuses
+        // would fail the whole batch's insert, every other caller's decisions with it. Not echoed.
+        if (UNSTORABLE.test(k)) out.push({ path, message: 'a key must not contain NUL or unpaired surrogates' });
+        else stack.push([x, `${path}.${k}`, depth + 1]);
+      }
     }
   }
 }

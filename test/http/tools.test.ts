@@ -219,6 +219,25 @@ describe.each(BACKENDS)('tools on %s', (backend) => {
       expect([nested.status, nested.body.error.fields[0].path]).toEqual([400, 'args.o']);
     });
 
+    // PostgreSQL's jsonb refuses \u0000 and unpaired surrogates, in keys as in strings: a nested key
+    // reaching the audit row would fail the batch's one insert, and with it every decision batched beside it.
+    test.each([
+      ['NUL', '\u0000'],
+      ['a lone high surrogate', '\ud800'],
+      ['a lone low surrogate', '\udc00'],
+    ])('a nested args key with %s is a 400 naming its parent; decisions beside it still commit', async (_, bad) => {
+      const cap = await mint();
+      const good = { path: '/workspace/ok.txt' };
+      const [refused, unknownTool, granted] = await Promise.all([
+        byTool(cap.token, 'view', { ...good, o: { [`k${bad}`]: 1 } }),
+        byTool('not-a-token', 'nope', { o: { p: { [bad]: 'x' } } }),
+        byTool(cap.token, 'view', good),
+      ]);
+      expect([refused.status, refused.body.error.code, refused.body.error.fields[0].path]).toEqual([400, 'invalid_request', 'args.o']);
+      expect([unknownTool.status, unknownTool.body.error.fields[0].path]).toEqual([400, 'args.o.p']);
+      expect([granted.status, granted.body.decision]).toEqual([200, 'grant']);
+    });
+
     test('destructive and irreversible calls need a call_id', async () => {
       const cap = await mint();
       const edit = await byTool(cap.token, 'edit', { path: '/workspace/a.ts', old_str: 'x', new_str: 'y' });
