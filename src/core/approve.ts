@@ -56,6 +56,12 @@ function checkRequest(cap: VerifiedCapability, req: ApproveRequest): Deny | null
         ? `the capability covers only the tools ${JSON.stringify(tools)}: approve by tool`
         : `tool ${req.tool.name} is not among ${JSON.stringify(tools)}`,
     );
+  // A call by op has no side-effect class, so a class that needs approval could not hold it: a
+  // capability that names one takes calls by tool only (else a holder would skip the approval, and a
+  // child's inherited requirement would bind nothing).
+  const classes = cap.predicate.approval_required ?? [];
+  if (req.tool === undefined && classes.length > 0)
+    return deny('tool_not_allowed', `the capability requires approval for ${classes.join(', ')} calls: approve by tool`);
   if (!cap.rights.includes(req.op)) return deny('right_missing', `right ${req.op} is not granted`);
   if (!cap.objects.some((o) => isWithin(req.target, o))) return deny('object_outside', `${describe(req.target)} lies within no object of the capability`);
   const max = cap.predicate.max_cost;

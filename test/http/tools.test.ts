@@ -268,6 +268,15 @@ describe.each(BACKENDS)('tools on %s', (backend) => {
       expect(r.body.decision).toBe('pending');
       expect(r.body.approval_id).toMatch(/^apv_/);
       expect((await byTool(cap.token, 'view', { path: '/workspace/a' })).body.decision).toBe('grant');
+      // The same write by op would carry no class: it is refused, so the approval cannot be skipped.
+      const byOp = await h.call(
+        'POST',
+        '/v1/approve',
+        { token: cap.token, op: 'write', target: { kind: 'path', path: '/workspace/a' }, cost: 0.5 },
+        as(driver),
+      );
+      expect([byOp.body.decision, byOp.body.reason.code]).toEqual(['deny', 'tool_not_allowed']);
+      expect((await h.call('GET', `/v1/capabilities/${cap.capability_id}`)).body.calls).toBe(1);
     });
   });
 
