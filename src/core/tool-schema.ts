@@ -30,8 +30,45 @@ export const TOOL_SCHEMA_CODES = [
   'ref_unsupported',
   'pattern_invalid',
   'too_deep',
+  'keyword_unsupported',
   'unit_missing',
 ] as const;
+
+/** Applicators the checker does not walk: a schema using one could hide an unbounded value, so it is refused. */
+const UNWALKED = [
+  'not',
+  'if',
+  'then',
+  'else',
+  'prefixItems',
+  'additionalItems',
+  'contains',
+  'propertyNames',
+  'dependentSchemas',
+  'dependencies',
+  'unevaluatedProperties',
+  'unevaluatedItems',
+  '$dynamicRef',
+  '$recursiveRef',
+] as const;
+
+/** Keywords that constrain nothing: a combinator's siblings may be these alone, or are checked as a schema of their own. */
+const ANNOTATIONS = new Set([
+  'title',
+  'description',
+  '$comment',
+  'default',
+  'examples',
+  'deprecated',
+  'readOnly',
+  'writeOnly',
+  '$id',
+  '$schema',
+  '$anchor',
+  '$defs',
+  'definitions',
+  'discriminator',
+]);
 export type ToolSchemaCode = (typeof TOOL_SCHEMA_CODES)[number];
 
 /** A breach of one rule: `field` is the JSON pointer of the schema at fault, from `input_schema`. */
@@ -162,6 +199,23 @@ class Checker {
     }
     const s = this.resolve(value, at, new Set(seen));
     if (s === null) return;
+    const unwalked = UNWALKED.filter((k) => k in s);
+    if (unwalked.length > 0) {
+      this.breach(3, 'keyword_unsupported', at, `${at || '/'}: ${unwalked.join(', ')} cannot be checked for bounds (use properties, items and tagged unions)`);
+      return;
+    }
+    const combinators = (['oneOf', 'anyOf', 'allOf'] as const).filter((k) => k in s);
+    for (const k of combinators)
+      if (!Array.isArray(s[k]) || (s[k] as unknown[]).length === 0) {
+        this.breach(3, 'untyped', `${at}/${k}`, `${at}/${k}: an empty or malformed ${k} bounds nothing`);
+        return;
+      }
+    // A combinator's siblings constrain the value too (an open object beside an allOf): they are checked as a schema of their own.
+    if (combinators.length > 0) {
+      const rest = Object.fromEntries(Object.entries(s).filter(([k]) => !ANNOTATIONS.has(k) && !(combinators as string[]).includes(k) && k !== '$ref'));
+      // `type` alone only narrows what the alternatives allow.
+      if (Object.keys(rest).some((k) => k !== 'type')) this.walk(rest, at, seen);
+    }
     const union = Array.isArray(s.oneOf)
       ? { key: 'oneOf', alts: s.oneOf as unknown[] }
       : Array.isArray(s.anyOf)

@@ -55,6 +55,17 @@ describe('checkToolSchema', () => {
     ['an untagged union of objects', closed({ a: { oneOf: [closed({ p: str }), closed({ q: str })] } }), 'untagged_union', '/properties/a/oneOf'],
     ['a union whose tag repeats', closed({ a: { anyOf: [tagged('x'), tagged('x', { p: str })] } }), 'untagged_union', '/properties/a/anyOf'],
     ['a union of an object and a scalar', closed({ a: { oneOf: [tagged('x'), str] } }), 'untagged_union', '/properties/a/oneOf'],
+    // Found by review: keywords the checker did not walk hid unbounded values.
+    ['an empty allOf', closed({ a: { allOf: [] } }), 'untyped', '/properties/a/allOf'],
+    [
+      'an open object beside an allOf',
+      closed({ a: { type: 'object', properties: { p: str }, required: ['p'], allOf: [closed({ p: str })] } }),
+      'open_object',
+      '/properties/a',
+    ],
+    ['not', closed({ a: { not: { type: 'null' } } }), 'keyword_unsupported', '/properties/a'],
+    ['prefixItems', closed({ a: { type: 'array', maxItems: 2, prefixItems: [{ type: 'string' }], items: str } }), 'keyword_unsupported', '/properties/a'],
+    ['if/then', closed({ a: { if: str, then: { type: 'string' } } }), 'keyword_unsupported', '/properties/a'],
   ])('%s is refused', (_name, schema, code, field) => {
     const { violations } = checkToolSchema(schema);
     expect(violations.map((v) => [v.code, v.field])).toEqual([[code, field]]);
