@@ -516,7 +516,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     const waitS = c.req.valid('query').wait_s ?? 0;
     // A long-poll is bounded by its wait, not by a decision's deadline.
     const deadline = Deadline.in(waitS * 1000 + (deps.deadlineMs ?? DEFAULT_DEADLINE_MS));
-    return send(c, await bounded(c, authority.approvals.view(c.get('tenantId'), c.req.valid('param').id, waitS), deadline));
+    return send(c, await bounded(c, authority.approvals.view(c.get('tenantId'), c.req.valid('param').id, waitS, { signal: c.req.raw.signal }), deadline));
   });
   app.openapi(routes.resolveApproval, async (c) =>
     send(c, await admitted(() => authority.approvals.resolve(c.get('tenantId'), c.req.valid('param').id, c.req.valid('json'), callerOf(c), c.get('deadline')))),

@@ -26,6 +26,11 @@ export const APPROVAL_TTL_S = 900;
 /** The longest long-poll of `GET /v1/approvals/{id}?wait_s=`. */
 export const MAX_WAIT_S = 30;
 const POLL_MS = 200;
+/**
+ * Long-polls one instance holds at once: each reads the database every POLL_MS, so beyond this many a
+ * request with `wait_s` is answered at once, as it stands (the driver asks again).
+ */
+export const MAX_LONG_POLLS = 64;
 
 /** A call by tool asked for approval, as the approve unit hands it over. */
 export interface AskedCall {
@@ -106,6 +111,9 @@ type Resolution = 'approve' | 'reject';
 const STATE_OF: Record<Resolution, ApprovalRecord['state']> = { approve: 'approved', reject: 'rejected' };
 
 export class Approvals {
+  /** Long-polls waiting now (see MAX_LONG_POLLS). */
+  private polling = 0;
+
   constructor(
     private readonly store: Store,
     private readonly writer: DecisionWriter,
@@ -142,16 +150,23 @@ export class Approvals {
    * The approval, expired first when its time has passed; with `waitS`, held until it is resolved,
    * expires, or `waitS` seconds pass (a bounded long-poll), reading the database every 200 ms.
    */
-  async view(tenantId: string, id: string, waitS = 0): Promise<Reply> {
-    const until = Date.now() + Math.min(waitS, MAX_WAIT_S) * 1000;
-    for (;;) {
-      let r = await this.guard(() => this.find(tenantId, id));
-      if (r.state === 'pending' && r.expiresAt.getTime() <= this.now().getTime()) {
-        await this.settle(r, null, undefined);
-        r = await this.guard(() => this.find(tenantId, id));
+  async view(tenantId: string, id: string, waitS = 0, options: { signal?: AbortSignal } = {}): Promise<Reply> {
+    const waits = waitS > 0 && this.polling < MAX_LONG_POLLS;
+    const until = waits ? Date.now() + Math.min(waitS, MAX_WAIT_S) * 1000 : 0;
+    if (waits) this.polling++;
+    try {
+      for (;;) {
+        let r = await this.guard(() => this.find(tenantId, id));
+        if (r.state === 'pending' && r.expiresAt.getTime() <= this.now().getTime()) {
+          await this.settle(r, null, undefined);
+          r = await this.guard(() => this.find(tenantId, id));
+        }
+        // A caller that went away is not polled for.
+        if (r.state !== 'pending' || Date.now() + POLL_MS > until || options.signal?.aborted === true) return { status: 200, body: approvalBody(r) };
+        await new Promise((done) => setTimeout(done, POLL_MS));
       }
-      if (r.state !== 'pending' || Date.now() + POLL_MS > until) return { status: 200, body: approvalBody(r) };
-      await new Promise((done) => setTimeout(done, POLL_MS));
+    } finally {
+      if (waits) this.polling--;
     }
   }
 

@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createApp } from '../../src/http/app.js';
 import { openDatabase, type Database } from '../../src/node/db.js';
-import { APPROVAL_TTL_S } from '../../src/service/approvals.js';
+import { APPROVAL_TTL_S, MAX_LONG_POLLS } from '../../src/service/approvals.js';
 import { Store } from '../../src/store/store.js';
 import { DecisionWriter } from '../../src/store/writer.js';
 import { BACKENDS } from '../support/db.js';
@@ -201,6 +201,19 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     expect((await callOn(h.app, driver, 'GET', `/v1/approvals/${waiting}?wait_s=1`)).body.state).toBe('pending');
     expect(Date.now() - t0).toBeGreaterThanOrEqual(700);
     expect((await callOn(h.app, driver, 'GET', `/v1/approvals/${waiting}?wait_s=31`)).status).toBe(400);
+  });
+
+  test('beyond MAX_LONG_POLLS waiting at once, a long-poll is answered at once, as the approval stands', async () => {
+    const cap = await mint();
+    const id = (await shell(cap.token, 'run-many')).body.approval_id as string;
+    const polls = Array.from({ length: MAX_LONG_POLLS }, () => callOn(h.app, driver, 'GET', `/v1/approvals/${id}?wait_s=10`));
+    await new Promise((r) => setTimeout(r, 300));
+    // Uncapped, this one would wait and see the approval below; capped, it has answered before it.
+    const extra = callOn(h.app, driver, 'GET', `/v1/approvals/${id}?wait_s=10`);
+    await new Promise((r) => setTimeout(r, 300));
+    await resolve(id, 'approve', 'b');
+    expect((await extra).body.state).toBe('pending');
+    for (const p of await Promise.all(polls)) expect(p.body.state).toBe('approved');
   });
 
   test('a capability revoked while its call waits: approval decides it as approve would now', async () => {
