@@ -4,36 +4,11 @@
  * others still registered), a call by an irreversible tool waits, an approver's key approves it from
  * the command line, and the driver's repeat learns the grant.
  */
-import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { warrant } from '../support/cli.js';
 import { cleanupServers, seedDataDir, startServer, tempDir, type RunningServer } from '../support/server.js';
-
-const ROOT = join(import.meta.dirname, '..', '..');
-
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the CLI's JSON is read freely
-function warrant(args: string[], env: Record<string, string>, stdin = ''): Promise<{ code: number | null; json: any; stdout: string }> {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/warrant.mjs'), ...args], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
-  });
-  let stdout = '';
-  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stdin.end(stdin);
-  return new Promise((done, fail) => {
-    child.once('error', fail);
-    child.once('close', (code) => {
-      let json: unknown = null;
-      try {
-        json = JSON.parse(stdout);
-      } catch {
-        // not JSON
-      }
-      done({ code, json, stdout });
-    });
-  });
-}
 
 const closed = (properties: Record<string, unknown>, required: string[]) => ({ type: 'object', additionalProperties: false, required, properties });
 const MCP_LIST = {

@@ -4,41 +4,10 @@
  * served JWKS, error answers as exit 1, bad usage as exit 2, and the delegated tenant and audit
  * commands once the server is stopped.
  */
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { warrant } from '../support/cli.js';
 import { cleanupServers, seedDataDir, startServer, tempDir, type RunningServer } from '../support/server.js';
-
-const ROOT = join(import.meta.dirname, '..', '..');
-
-interface Ran {
-  readonly code: number | null;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly json: any;
-  readonly stdout: string;
-}
-
-function warrant(args: string[], env: Record<string, string>, stdin = ''): Promise<Ran> {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/warrant.mjs'), ...args], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
-  });
-  let stdout = '';
-  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stdin.end(stdin);
-  return new Promise((done, fail) => {
-    child.once('error', fail);
-    child.once('close', (code) => {
-      let json: unknown = null;
-      try {
-        json = JSON.parse(stdout);
-      } catch {
-        // not JSON (delegated commands print lines)
-      }
-      done({ code, json, stdout });
-    });
-  });
-}
 
 describe('npx warrant against a running server', () => {
   const dataDir = join(tempDir(), 'data');
