@@ -4,10 +4,12 @@
  * approve bodies, and an autocannon round against POST /v1/approve with the server's CPU split.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { request, type Agent } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
+import postgres from 'postgres';
 import { openDatabase } from '../src/node/db.js';
 import { createTenant } from '../src/service/tenants.js';
 import { Store } from '../src/store/store.js';
@@ -183,5 +185,48 @@ export async function load(server: Server, key: string, bodies: readonly string[
     errors: result.errors,
     answered: result.requests.total,
     cpu,
+  };
+}
+
+/** POSTs one approve body; resolves (rejects on a socket error or no answer within `timeoutMs`) to the answer's status once its body has been read. */
+export function approve(agent: Agent, url: URL, key: string, body: Buffer, timeoutMs = 10_000): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        agent,
+        host: url.hostname,
+        port: url.port,
+        path: '/v1/approve',
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': body.length },
+        timeout: timeoutMs,
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+        res.on('error', reject);
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** A database of the bench's own on the server of `url`, so its statistics count only Warrant's work. */
+export async function privateDatabase(url: string, bench: string): Promise<{ url: string; name: string; admin: postgres.Sql; drop: () => Promise<void> }> {
+  const admin = postgres(url, { max: 1, onnotice: () => {} });
+  const name = `warrant_bench_${bench}_${process.pid}_${Date.now()}`;
+  await admin.unsafe(`CREATE DATABASE ${name}`);
+  const own = new URL(url);
+  own.pathname = `/${name}`;
+  return {
+    url: own.toString(),
+    name,
+    admin,
+    drop: async () => {
+      await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await admin.end({ timeout: 5 });
+    },
   };
 }

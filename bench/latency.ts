@@ -13,10 +13,10 @@
  * dropped after it, so pg_stat_database's xact_commit counts only Warrant's transactions: the
  * commits per answered approval. Without it, Warrant runs on embedded PGlite.
  */
-import { Agent, request } from 'node:http';
-import postgres from 'postgres';
+import { Agent } from 'node:http';
+import type postgres from 'postgres';
 import { sample, split, type CpuSplit } from './cpu.js';
-import { load, population, startServers, type Server } from './harness.js';
+import { approve, load, population, privateDatabase, startServers, type Server } from './harness.js';
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 1000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 6);
@@ -50,31 +50,6 @@ function percentile(sorted: Float64Array, q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] as number;
 }
 
-/** POSTs one approve body; resolves to the answer's status once its body has been read. */
-function approve(agent: Agent, url: URL, key: string, body: Buffer): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        agent,
-        host: url.hostname,
-        port: url.port,
-        path: '/v1/approve',
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': body.length },
-        timeout: TIMEOUT_MS,
-      },
-      (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-        res.on('error', reject);
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error('timeout')));
-    req.on('error', reject);
-    req.end(body);
-  });
-}
-
 class Client {
   private next = 0;
   private readonly url: URL;
@@ -92,7 +67,7 @@ class Client {
   async send(): Promise<number> {
     this.next = (this.next + 1) % this.bodies.length;
     try {
-      return await approve(this.agent, this.url, this.key, this.bodies[this.next] as Buffer);
+      return await approve(this.agent, this.url, this.key, this.bodies[this.next] as Buffer, TIMEOUT_MS);
     } catch {
       return 0;
     }
@@ -185,24 +160,6 @@ function line(target: string, round: string, r: Round): string {
   return `${target.padEnd(8)} ${round.padEnd(22)} ${r.rate.toFixed(0).padStart(6)}/s   p50 ${ms(r.p50)}  p90 ${ms(r.p90)}  p99 ${ms(r.p99)}  max ${ms(r.max)} ms   errors ${r.errors}${cpu}${lag}`;
 }
 
-/** A database of the bench's own on the server of `url`, so its statistics count only Warrant's work. */
-async function privateDatabase(url: string): Promise<{ url: string; name: string; admin: postgres.Sql; drop: () => Promise<void> }> {
-  const admin = postgres(url, { max: 1, onnotice: () => {} });
-  const name = `warrant_bench_latency_${process.pid}_${Date.now()}`;
-  await admin.unsafe(`CREATE DATABASE ${name}`);
-  const own = new URL(url);
-  own.pathname = `/${name}`;
-  return {
-    url: own.toString(),
-    name,
-    admin,
-    drop: async () => {
-      await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.end({ timeout: 5 });
-    },
-  };
-}
-
 async function commits(admin: postgres.Sql, name: string): Promise<number> {
   const [row] = await admin<{ n: string }[]>`SELECT xact_commit::text AS n FROM pg_stat_database WHERE datname = ${name}`;
   return Number(row?.n ?? NaN);
@@ -222,7 +179,7 @@ async function rounds(target: string, single: Client, many: Client): Promise<{ s
 }
 
 async function main(): Promise<void> {
-  const db = databaseUrl === undefined ? null : await privateDatabase(databaseUrl);
+  const db = databaseUrl === undefined ? null : await privateDatabase(databaseUrl, 'latency');
   const servers = await startServers({ databaseUrl: db?.url, processes: 1 });
   const { key } = servers;
   try {

@@ -7,10 +7,9 @@
  *
  * With DATABASE_URL, Warrant runs on a database of its own created on that server and dropped after.
  */
-import { Agent, request } from 'node:http';
+import { Agent } from 'node:http';
 import { readdirSync, readFileSync } from 'node:fs';
-import postgres from 'postgres';
-import { population, startServers, type Server } from './harness.js';
+import { approve, population, privateDatabase, startServers, type Server } from './harness.js';
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 3000);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 1000);
@@ -34,32 +33,11 @@ function threads(pid: number): Map<string, number> {
   return cpu;
 }
 
-function post(agent: Agent, server: Server, key: string, body: Buffer): Promise<number> {
-  const url = new URL(server.url);
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        agent,
-        host: url.hostname,
-        port: url.port,
-        path: '/v1/approve',
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': body.length },
-      },
-      (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
-
 async function measure(target: string, server: Server, key: string, bodies: readonly Buffer[]): Promise<void> {
   const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  const url = new URL(server.url);
   let next = 0;
-  const send = (): Promise<number> => post(agent, server, key, bodies[(next = (next + 1) % bodies.length)] as Buffer);
+  const send = (): Promise<number> => approve(agent, url, key, bodies[(next = (next + 1) % bodies.length)] as Buffer);
   for (let i = 0; i < WARMUP; i += 1) await send();
   const pid = server.child.pid as number;
   const before = threads(pid);
@@ -89,15 +67,7 @@ async function measure(target: string, server: Server, key: string, bodies: read
 }
 
 async function main(): Promise<void> {
-  let db: { admin: postgres.Sql; name: string; url: string } | null = null;
-  if (databaseUrl !== undefined) {
-    const admin = postgres(databaseUrl, { max: 1, onnotice: () => {} });
-    const name = `warrant_bench_threads_${process.pid}_${Date.now()}`;
-    await admin.unsafe(`CREATE DATABASE ${name}`);
-    const own = new URL(databaseUrl);
-    own.pathname = `/${name}`;
-    db = { admin, name, url: own.toString() };
-  }
+  const db = databaseUrl === undefined ? null : await privateDatabase(databaseUrl, 'threads');
   const servers = await startServers({ databaseUrl: db?.url, processes: 1 });
   try {
     const bodies = (await population(servers.warrant.url, servers.key, 200)).map((t) => Buffer.from(t));
@@ -106,10 +76,7 @@ async function main(): Promise<void> {
     await measure('approve', servers.warrant, servers.key, bodies);
   } finally {
     await servers.close();
-    if (db !== null) {
-      await db.admin.unsafe(`DROP DATABASE IF EXISTS ${db.name} WITH (FORCE)`);
-      await db.admin.end({ timeout: 5 });
-    }
+    await db?.drop();
   }
 }
 
