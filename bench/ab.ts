@@ -1,0 +1,142 @@
+/**
+ * `npm run bench:ab` (issue 15): this checkout's Warrant against another checkout's (BENCH_AB_OTHER, a
+ * directory with its own node_modules, e.g. a `git worktree` of main), both running at once, each on
+ * a database of its own, and measured in alternating rounds of sequential approvals: the machine's
+ * speed drifts between runs by more than a small change gains (bench/RESULTS.md), so a change is
+ * judged only against its baseline measured minutes apart, round after round, never run against run.
+ *
+ * Per round and checkout: p50/p90 of one approval at a time on one keep-alive socket, the server's
+ * CPU (all threads) and its database backends' CPU per approval, read from /proc (Linux only). The
+ * last lines give each figure's median over the rounds. Needs DATABASE_URL (PostgreSQL).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { Agent } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { approve, population, privateDatabase } from './harness.js';
+import { openDatabase } from '../src/node/db.js';
+import { createTenant } from '../src/service/tenants.js';
+import { Store } from '../src/store/store.js';
+
+const OTHER = process.env.BENCH_AB_OTHER?.trim();
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6);
+const PER_ROUND = Number(process.env.BENCH_SEQUENTIAL ?? 1500);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 1000);
+const databaseUrl = process.env.DATABASE_URL?.trim();
+const TICK_US = 10_000;
+
+interface Side {
+  readonly name: string;
+  readonly url: URL;
+  readonly child: ChildProcess;
+  readonly key: string;
+  readonly bodies: readonly Buffer[];
+  readonly database: string;
+  readonly admin: Awaited<ReturnType<typeof privateDatabase>>;
+  readonly rounds: { p50: number; p90: number; server: number; postgres: number }[];
+}
+
+/** CPU (µs) of a process, all threads. */
+function cpuOf(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * TICK_US;
+  } catch {
+    return 0;
+  }
+}
+
+async function backendsCpu(side: Side): Promise<number> {
+  const rows = await side.admin.admin<{ pid: number }[]>`SELECT pid FROM pg_stat_activity WHERE datname = ${side.database}`;
+  return rows.reduce((sum, r) => sum + cpuOf(r.pid), 0);
+}
+
+async function startSide(name: string, dir: string): Promise<Side> {
+  const admin = await privateDatabase(databaseUrl as string, `ab_${name}`);
+  const db = await openDatabase({ databaseUrl: admin.url });
+  await db.migrate();
+  const key = (await createTenant(new Store(db.db), `ab-${name}`, new Date())).apiKey;
+  await db.close();
+  const tmp = mkdtempSync(join(tmpdir(), 'warrant-ab-'));
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/node/main.ts'], {
+    cwd: dir,
+    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', DATABASE_URL: admin.url, WARRANT_DATA_DIR: join(tmp, 'data'), WARRANT_KEYS_DIR: join(tmp, 'keys') },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  child.once('exit', () => rmSync(tmp, { recursive: true, force: true }));
+  const url = await new Promise<string>((ok, fail) => {
+    let buf = '';
+    const onData = (d: Buffer): void => {
+      buf += d.toString();
+      const m = /listening on (http:\/\/[^"\s]+)/.exec(buf);
+      if (m === null) return;
+      child.stdout?.off('data', onData);
+      child.stdout?.resume();
+      ok(m[1] as string);
+    };
+    child.stdout?.on('data', onData);
+    child.once('exit', (code) => fail(new Error(`${name} exited with ${code}`)));
+  });
+  const bodies = (await population(url, key, 200)).map((b) => Buffer.from(b));
+  return { name, url: new URL(url), child, key, bodies, database: admin.name, admin, rounds: [] };
+}
+
+async function round(side: Side, count: number, record: boolean): Promise<void> {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  const latencies = new Float64Array(count);
+  const pid = side.child.pid as number;
+  const server0 = cpuOf(pid);
+  const pg0 = await backendsCpu(side);
+  for (let i = 0; i < count; i += 1) {
+    const t = performance.now();
+    const status = await approve(agent, side.url, side.key, side.bodies[i % side.bodies.length] as Buffer);
+    latencies[i] = performance.now() - t;
+    if (status < 200 || status >= 300) throw new Error(`${side.name}: approve answered ${status}`);
+  }
+  const server = (cpuOf(pid) - server0) / count;
+  const postgres = ((await backendsCpu(side)) - pg0) / count;
+  agent.destroy();
+  latencies.sort();
+  const at = (q: number): number => latencies[Math.min(count - 1, Math.ceil(q * count) - 1)] as number;
+  if (record) side.rounds.push({ p50: at(0.5), p90: at(0.9), server, postgres });
+}
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 === 1 ? (s[s.length >> 1] as number) : ((s[s.length / 2 - 1] as number) + (s[s.length / 2] as number)) / 2;
+};
+
+async function main(): Promise<void> {
+  if (OTHER === undefined || databaseUrl === undefined) throw new Error('bench:ab needs BENCH_AB_OTHER (a checkout) and DATABASE_URL');
+  const sides = [await startSide('this', resolve('.')), await startSide('other', resolve(OTHER))];
+  try {
+    for (const side of sides) await round(side, WARMUP, false);
+    console.log(`this = ${resolve('.')}, other = ${resolve(OTHER)}; ${ROUNDS} alternating rounds of ${PER_ROUND} sequential approvals each`);
+    for (let r = 0; r < ROUNDS; r += 1) {
+      for (const side of r % 2 === 0 ? sides : [...sides].reverse()) {
+        await round(side, PER_ROUND, true);
+        const x = side.rounds.at(-1) as Side['rounds'][number];
+        console.log(
+          `round ${r + 1} ${side.name.padEnd(5)}  p50 ${x.p50.toFixed(2)}  p90 ${x.p90.toFixed(2)} ms   CPU µs/approval server ${x.server.toFixed(0)}, postgres ${x.postgres.toFixed(0)}`,
+        );
+      }
+    }
+    for (const side of sides) {
+      const m = (k: 'p50' | 'p90' | 'server' | 'postgres'): number => median(side.rounds.map((x) => x[k]));
+      console.log(
+        `median ${side.name.padEnd(5)}  p50 ${m('p50').toFixed(2)}  p90 ${m('p90').toFixed(2)} ms   CPU µs/approval server ${m('server').toFixed(0)}, postgres ${m('postgres').toFixed(0)}`,
+      );
+    }
+  } finally {
+    for (const side of sides) {
+      const exited = new Promise((r) => side.child.once('exit', r));
+      side.child.kill('SIGTERM');
+      await exited;
+      await side.admin.drop();
+    }
+  }
+}
+
+await main();
