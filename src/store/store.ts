@@ -123,6 +123,11 @@ export interface BatchTx extends DecisionTx {
   /** Sends, in one statement, every charge of the batch; the promise settles when it has run. */
   flush(): Promise<unknown>;
   /**
+   * Takes every pending charge of the batch as the JSON records `writeCharges` reads, or null when
+   * there are none: the writer folds them into its audit write, one statement less per batch.
+   */
+  takeCharges(): string | null;
+  /**
    * The delegation tree (its root's id) of a prefetched capability of this tenant; '' (the tenant's
    * own chain) when it is unknown. The same rule as the writer's head lock.
    */
@@ -142,9 +147,14 @@ ORDER BY id FOR UPDATE`;
 /** The same rows for the main lane: a row another transaction holds is left out, not waited for. */
 const LOCK_CHAINS_SKIP = `${LOCK_CHAINS} SKIP LOCKED`;
 
-// The CHECK constraints (spent <= budget, calls <= max_calls) still guard this write.
-const WRITE_CHARGES = `UPDATE capabilities AS c SET spent = d.spent, calls = d.calls
-FROM jsonb_to_recordset($1::jsonb) AS d(id text, spent numeric, calls bigint) WHERE c.id = d.id`;
+/**
+ * The charges' new totals, from JSON records (`takeCharges`) at parameter `$n`. The CHECK constraints
+ * (spent <= budget, calls <= max_calls) still guard the write.
+ */
+export const writeCharges = (n: number): string => `UPDATE capabilities AS c SET spent = d.spent, calls = d.calls
+FROM jsonb_to_recordset($${n}::jsonb) AS d(id text, spent numeric, calls bigint) WHERE c.id = d.id`;
+
+const WRITE_CHARGES = writeCharges(1);
 
 interface LinkRow {
   readonly id: string;
@@ -191,6 +201,16 @@ export function decisionTx(c: BatchConn): BatchTx {
     hold((await c.query(options?.skipLocked === true ? LOCK_CHAINS_SKIP : LOCK_CHAINS, [JSON.stringify(capabilityIds)])) as unknown as LinkRow[]);
   };
 
+  const takeCharges = (): string | null => {
+    if (dirty.size === 0) return null;
+    const rows = [...dirty].map((id) => {
+      const l = held.get(id) as HeldLink;
+      return { id, spent: l.spent.toString(), calls: l.calls };
+    });
+    dirty.clear();
+    return JSON.stringify(rows);
+  };
+
   /** The held chain of a capability, root first, or null when some link is not held. */
   const heldChain = (tenantId: string, capabilityId: string): ChainLink[] | null => {
     const self = held.get(capabilityId);
@@ -235,14 +255,10 @@ export function decisionTx(c: BatchConn): BatchTx {
         dirty.add(id);
       }
     },
+    takeCharges,
     flush() {
-      if (dirty.size === 0) return Promise.resolve();
-      const rows = [...dirty].map((id) => {
-        const l = held.get(id) as HeldLink;
-        return { id, spent: l.spent.toString(), calls: l.calls };
-      });
-      dirty.clear();
-      return c.query(WRITE_CHARGES, [JSON.stringify(rows)]);
+      const charges = takeCharges();
+      return charges === null ? Promise.resolve() : c.query(WRITE_CHARGES, [charges]);
     },
     async insertCapability(n) {
       await c.db.insert(capabilities).values({

@@ -10,7 +10,7 @@ import { sealRow } from './audit.js';
 import { BatchFailed, batchRunner, type BatchConn, type BatchOutcome, type BatchRunner } from './batch.js';
 import { completeFences, lockFences, type Fence, type StoredResponse } from './idempotency.js';
 import { Deadline, DEFAULT_DEADLINE_MS } from './deadline.js';
-import { decisionTx, GENESIS_HASH, StoreUnavailable, type Db, type DecisionTx } from './store.js';
+import { decisionTx, GENESIS_HASH, StoreUnavailable, writeCharges, type Db, type DecisionTx } from './store.js';
 
 /** The audit row of a decision, without its chain fields. */
 export interface AuditDraft {
@@ -572,10 +572,12 @@ export class DecisionWriter {
       if (unit.fence !== null && out.response !== undefined) completed.push({ fence: unit.fence, response: out.response });
       settled.set(p, { ok: true, value: out.result });
     }
+    // The charges go out in the audit write when there is one (one statement less), else alone.
+    const charges = rows.length > 0 ? dtx.takeCharges() : null;
     const writes = [dtx.flush(), completeFences(c, completed)];
     if (rows.length > 0) {
       const newHeads = [...moved].map(([key, { tenantId, treeId }]) => ({ tenant_id: tenantId, tree_id: treeId, ...(chain.get(key) as object) }));
-      writes.push(c.query(APPEND_AUDIT, [`[${rows.join(',')}]`, JSON.stringify(newHeads)]));
+      writes.push(c.query(APPEND_AUDIT, [`[${rows.join(',')}]`, JSON.stringify(newHeads), charges ?? '[]']));
     }
     return { value: { settled, deferred }, writes };
   }
@@ -619,12 +621,15 @@ const TREES = `SELECT u.tenant_id, u.cap, coalesce(c.ancestors[1], c.id) AS tree
 FROM jsonb_to_recordset($1::jsonb) AS u(tenant_id text, cap text) JOIN capabilities c ON c.id = u.cap AND c.tenant_id = u.tenant_id`;
 
 /**
- * All audit rows of the batch and the moved heads (new trees' heads inserted), in one statement from
- * two JSON recordsets: building a multi-row insert through the query builder cost more CPU than the
- * database spent on it. A data-modifying CTE always runs to completion, referenced or not (PostgreSQL
- * docs, 7.8.4). `xid` records the transaction that moved a head, for the checkpointer.
+ * All audit rows of the batch, the moved heads (new trees' heads inserted) and the batch's charges,
+ * in one statement from three JSON recordsets: building a multi-row insert through the query builder
+ * cost more CPU than the database spent on it, and every statement of a batch costs both sides a
+ * round of work (bench/RESULTS.md). A data-modifying CTE always runs to completion, referenced or not
+ * (PostgreSQL docs, 7.8.4); the three touch different tables. `xid` records the transaction that
+ * moved a head, for the checkpointer.
  */
-const APPEND_AUDIT = `WITH appended AS (
+const APPEND_AUDIT = `WITH charged AS (${writeCharges(3)}
+), appended AS (
   INSERT INTO audit (tenant_id, tree_id, seq, id, at, event, decision, reason_code, capability_id, parent_id, trajectory_id, op, target, cost, call_id, detail,
     key_id, request_id, root_trajectory_id, prev_hash, hash)
   SELECT tenant_id, tree_id, seq, id, at, event, decision, reason_code, capability_id, parent_id, trajectory_id, op, target, cost, call_id, detail,
