@@ -499,19 +499,22 @@ export class DecisionWriter {
     const skip = mode === 'skip';
     const chains = [...new Set(batch.flatMap((p) => (p.unit.chainOf === undefined ? [] : [p.unit.chainOf])))];
     const wanted = batch.flatMap(({ unit }) => (unit.newTree === undefined ? [{ tenant_id: unit.tenantId, cap: unit.chainOf ?? null }] : []));
-    // The trees are read unlocked (a capability's ancestors never change) beside the locking reads, in
-    // the same round trip: they tell a tree whose locks were skipped from an unknown capability.
-    const [heads, trees, , owns] = await Promise.all([
-      c.query(skip ? LOCK_HEADS_SKIP : LOCK_HEADS, [JSON.stringify(wanted)]) as Promise<unknown> as Promise<HeadRow[]>,
-      skip ? (c.query(TREES, [JSON.stringify(wanted)]) as Promise<unknown> as Promise<TreeRow[]>) : Promise.resolve([]),
+    // The heads' statement also reads each named capability's tree (unlocked: a capability's ancestors
+    // never change): that tells a tree whose locks were skipped from an unknown capability.
+    const [locked, , owns] = await Promise.all([
+      c.query(skip ? LOCK_HEADS_SKIP : LOCK_HEADS, [JSON.stringify(wanted)]) as Promise<unknown> as Promise<HeadOrTreeRow[]>,
       dtx.prefetch(chains, { skipLocked: skip }),
       lockFences(
         c,
         batch.flatMap((p) => (p.unit.fence === null ? [] : [p.unit.fence])),
       ),
     ]);
-    const chain = new Map(heads.map((h) => [headKey(h.tenant_id, h.tree_id), { seq: Number(h.seq), hash: h.hash, lastId: h.last_id }]));
-    const treeOfCap = new Map(trees.map((t) => [headKey(t.tenant_id, t.cap), t.tree_id]));
+    const chain = new Map<string, { seq: number; hash: string; lastId: string | null }>();
+    const treeOfCap = new Map<string, string>();
+    for (const r of locked) {
+      if (r.cap === null) chain.set(headKey(r.tenant_id, r.tree_id), { seq: Number(r.seq), hash: r.hash as string, lastId: r.last_id });
+      else treeOfCap.set(headKey(r.tenant_id, r.cap), r.tree_id);
+    }
     const settled = new Map<Pending, Settle>();
     const deferred = new Map<string, Pending[]>();
     /** Each appended row as the JSON record the insert reads; `moved`: the heads that move. */
@@ -585,12 +588,14 @@ export class DecisionWriter {
 
 const headKey = (tenantId: string, treeId: string): string => `${tenantId}\u0000${treeId}`;
 
-interface HeadRow {
+/** A locked head (`cap` null), or the tree of a capability the batch names (`seq`, `hash` null). */
+interface HeadOrTreeRow {
   readonly tenant_id: string;
   readonly tree_id: string;
-  readonly seq: string;
-  readonly hash: string;
+  readonly seq: string | null;
+  readonly hash: string | null;
   readonly last_id: string | null;
+  readonly cap: string | null;
 }
 
 /**
@@ -598,27 +603,25 @@ interface HeadRow {
  * instances never deadlock: a unit naming a capability appends to that capability's tree (its root's
  * id; a capability's ancestors never change, so they are read unlocked), any other unit to its
  * tenant's own chain (''). Chain rows are locked after the heads, only by holders of their tree's head.
+ * Beside the heads, one row per named capability that exists gives its tree, in the same statement
+ * (one statement less per batch than a read of its own). `skip`: for the main lane, a head another
+ * transaction holds is skipped, not waited for.
  */
-const LOCK_HEADS = `WITH want AS (
-  SELECT DISTINCT u.tenant_id, CASE WHEN u.cap IS NULL THEN '' ELSE coalesce(c.ancestors[1], c.id, '') END AS tree_id
+const lockHeads = (skip: boolean): string => `WITH named AS (
+  SELECT u.tenant_id, u.cap, CASE WHEN u.cap IS NULL THEN '' ELSE coalesce(c.ancestors[1], c.id, '') END AS tree_id, c.id IS NOT NULL AS known
   FROM jsonb_to_recordset($1::jsonb) AS u(tenant_id text, cap text)
   LEFT JOIN capabilities c ON c.id = u.cap AND c.tenant_id = u.tenant_id
+), heads AS MATERIALIZED (
+  SELECT h.tenant_id, h.tree_id, h.seq::text AS seq, h.hash, h.last_id FROM audit_heads h
+  WHERE (h.tenant_id, h.tree_id) IN (SELECT tenant_id, tree_id FROM named)
+  ORDER BY h.tenant_id, h.tree_id FOR UPDATE OF h${skip ? ' SKIP LOCKED' : ''}
 )
-SELECT h.tenant_id, h.tree_id, h.seq::text AS seq, h.hash, h.last_id FROM audit_heads h JOIN want w ON w.tenant_id = h.tenant_id AND w.tree_id = h.tree_id
-ORDER BY h.tenant_id, h.tree_id FOR UPDATE OF h`;
+SELECT tenant_id, tree_id, seq, hash, last_id, NULL::text AS cap FROM heads
+UNION ALL
+SELECT DISTINCT tenant_id, tree_id, NULL, NULL, NULL, cap FROM named WHERE known`;
 
-/** The same heads, for the main lane: a head another transaction holds is skipped, not waited for. */
-const LOCK_HEADS_SKIP = `${LOCK_HEADS} SKIP LOCKED`;
-
-interface TreeRow {
-  readonly tenant_id: string;
-  readonly cap: string;
-  readonly tree_id: string;
-}
-
-/** The tree of each capability the batch names (unlocked: a capability's ancestors never change). */
-const TREES = `SELECT u.tenant_id, u.cap, coalesce(c.ancestors[1], c.id) AS tree_id
-FROM jsonb_to_recordset($1::jsonb) AS u(tenant_id text, cap text) JOIN capabilities c ON c.id = u.cap AND c.tenant_id = u.tenant_id`;
+const LOCK_HEADS = lockHeads(false);
+const LOCK_HEADS_SKIP = lockHeads(true);
 
 /**
  * All audit rows of the batch, the moved heads (new trees' heads inserted) and the batch's charges,
