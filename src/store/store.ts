@@ -114,10 +114,10 @@ export function jsonb(v: unknown): SQL | null {
 /** The decision operations of one batch transaction, with the batch-wide steps the writer drives. */
 export interface BatchTx extends DecisionTx {
   /**
-   * Reads and locks, in one statement, the chains of these capabilities (their ancestors included);
-   * with `skipLocked`, rows another transaction holds are left out (see `holds`).
+   * Takes chain rows the batch has locked itself (`lockChains` inside the writer's locking statement);
+   * rows another transaction held and the statement skipped are simply absent (see `holds`).
    */
-  prefetch(capabilityIds: readonly string[], options?: { skipLocked: boolean }): Promise<void>;
+  hold(rows: readonly ChainRow[]): void;
   /** Whether a capability's whole chain, root to itself, is locked and held by this batch. */
   holds(tenantId: string, capabilityId: string): boolean;
   /** Sends, in one statement, every charge of the batch; the promise settles when it has run. */
@@ -138,14 +138,18 @@ export interface BatchTx extends DecisionTx {
 
 // The hot path's statements are plain SQL with the same text every batch (prepared once per
 // connection on postgres.js) and JSON parameters, which both drivers pass the same way.
-const LOCK_CHAINS = `SELECT id, tenant_id, trajectory_id, to_json(ancestors) AS ancestors, depth, revoked_at IS NOT NULL AS revoked,
-  budget::text AS budget, spent::text AS spent, max_calls::text AS max_calls, calls::text AS calls
+/**
+ * Every capability row of the chains of the capabilities named at `$n` (a JSON array of ids), locked
+ * in id order, as ChainRow. `skip`: for the main lane, a row another transaction holds is left out,
+ * not waited for.
+ */
+export const lockChains = (n: number, skip: boolean): string => `SELECT id, tenant_id, trajectory_id, to_json(ancestors) AS ancestors, depth,
+  revoked_at IS NOT NULL AS revoked, budget::text AS budget, spent::text AS spent, max_calls::text AS max_calls, calls::text AS calls
 FROM capabilities
-WHERE id IN (SELECT unnest(c.ancestors || c.id) FROM capabilities c WHERE c.id IN (SELECT jsonb_array_elements_text($1::jsonb)))
-ORDER BY id FOR UPDATE`;
+WHERE id IN (SELECT unnest(c.ancestors || c.id) FROM capabilities c WHERE c.id IN (SELECT jsonb_array_elements_text($${n}::jsonb)))
+ORDER BY id FOR UPDATE${skip ? ' SKIP LOCKED' : ''}`;
 
-/** The same rows for the main lane: a row another transaction holds is left out, not waited for. */
-const LOCK_CHAINS_SKIP = `${LOCK_CHAINS} SKIP LOCKED`;
+const LOCK_CHAINS = lockChains(1, false);
 
 /**
  * The charges' new totals, from JSON records (`takeCharges`) at parameter `$n`. The CHECK constraints
@@ -156,7 +160,8 @@ FROM jsonb_to_recordset($${n}::jsonb) AS d(id text, spent numeric, calls bigint)
 
 const WRITE_CHARGES = writeCharges(1);
 
-interface LinkRow {
+/** A capability row of a locked chain, as `lockChains` reads it. */
+export interface ChainRow {
   readonly id: string;
   readonly tenant_id: string;
   readonly trajectory_id: string;
@@ -179,7 +184,7 @@ export function decisionTx(c: BatchConn): BatchTx {
   const held = new Map<string, HeldLink>();
   const dirty = new Set<string>();
 
-  const hold = (rows: readonly LinkRow[]): void => {
+  const hold = (rows: readonly ChainRow[]): void => {
     for (const r of rows) {
       if (held.has(r.id)) continue; // the held copy may carry this batch's charges
       held.set(r.id, {
@@ -196,9 +201,9 @@ export function decisionTx(c: BatchConn): BatchTx {
     }
   };
 
-  const lockRows = async (capabilityIds: readonly string[], options?: { skipLocked: boolean }): Promise<void> => {
+  const lockRows = async (capabilityIds: readonly string[]): Promise<void> => {
     if (capabilityIds.length === 0) return;
-    hold((await c.query(options?.skipLocked === true ? LOCK_CHAINS_SKIP : LOCK_CHAINS, [JSON.stringify(capabilityIds)])) as unknown as LinkRow[]);
+    hold((await c.query(LOCK_CHAINS, [JSON.stringify(capabilityIds)])) as unknown as ChainRow[]);
   };
 
   const takeCharges = (): string | null => {
@@ -226,7 +231,7 @@ export function decisionTx(c: BatchConn): BatchTx {
   };
 
   return {
-    prefetch: lockRows,
+    hold,
     holds(tenantId, capabilityId) {
       const chain = heldChain(tenantId, capabilityId);
       return chain !== null && chain.length > 0;

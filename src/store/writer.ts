@@ -10,7 +10,7 @@ import { sealRow } from './audit.js';
 import { BatchFailed, batchRunner, type BatchConn, type BatchOutcome, type BatchRunner } from './batch.js';
 import { completeFences, lockFences, type Fence, type StoredResponse } from './idempotency.js';
 import { Deadline, DEFAULT_DEADLINE_MS } from './deadline.js';
-import { decisionTx, GENESIS_HASH, StoreUnavailable, writeCharges, type Db, type DecisionTx } from './store.js';
+import { decisionTx, GENESIS_HASH, lockChains, StoreUnavailable, writeCharges, type ChainRow, type Db, type DecisionTx } from './store.js';
 
 /** The audit row of a decision, without its chain fields. */
 export interface AuditDraft {
@@ -501,9 +501,8 @@ export class DecisionWriter {
     const wanted = batch.flatMap(({ unit }) => (unit.newTree === undefined ? [{ tenant_id: unit.tenantId, cap: unit.chainOf ?? null }] : []));
     // The heads' statement also reads each named capability's tree (unlocked: a capability's ancestors
     // never change): that tells a tree whose locks were skipped from an unknown capability.
-    const [locked, , owns] = await Promise.all([
-      c.query(skip ? LOCK_HEADS_SKIP : LOCK_HEADS, [JSON.stringify(wanted)]) as Promise<unknown> as Promise<HeadOrTreeRow[]>,
-      dtx.prefetch(chains, { skipLocked: skip }),
+    const [locked, owns] = await Promise.all([
+      c.query(skip ? LOCK_SKIP : LOCK, [JSON.stringify(wanted), JSON.stringify(chains)]) as Promise<unknown> as Promise<LockedRow[]>,
       lockFences(
         c,
         batch.flatMap((p) => (p.unit.fence === null ? [] : [p.unit.fence])),
@@ -511,10 +510,13 @@ export class DecisionWriter {
     ]);
     const chain = new Map<string, { seq: number; hash: string; lastId: string | null }>();
     const treeOfCap = new Map<string, string>();
+    const links: ChainRow[] = [];
     for (const r of locked) {
-      if (r.cap === null) chain.set(headKey(r.tenant_id, r.tree_id), { seq: Number(r.seq), hash: r.hash as string, lastId: r.last_id });
-      else treeOfCap.set(headKey(r.tenant_id, r.cap), r.tree_id);
+      if (r.kind === 'head') chain.set(headKey(r.tenant_id, r.tree_id as string), { seq: Number(r.seq), hash: r.hash as string, lastId: r.last_id });
+      else if (r.kind === 'tree') treeOfCap.set(headKey(r.tenant_id, r.cap as string), r.tree_id as string);
+      else links.push(r.link as ChainRow);
     }
+    dtx.hold(links);
     const settled = new Map<Pending, Settle>();
     const deferred = new Map<string, Pending[]>();
     /** Each appended row as the JSON record the insert reads; `moved`: the heads that move. */
@@ -588,26 +590,30 @@ export class DecisionWriter {
 
 const headKey = (tenantId: string, treeId: string): string => `${tenantId}\u0000${treeId}`;
 
-/** A locked head (`cap` null), or the tree of a capability the batch names (`seq`, `hash` null). */
-interface HeadOrTreeRow {
+/** A locked head, the tree of a capability the batch names, or a locked link of a named capability's chain. */
+interface LockedRow {
+  readonly kind: 'head' | 'tree' | 'link';
   readonly tenant_id: string;
-  readonly tree_id: string;
+  readonly tree_id: string | null;
   readonly seq: string | null;
   readonly hash: string | null;
   readonly last_id: string | null;
   readonly cap: string | null;
+  readonly link: unknown;
 }
 
 /**
- * The chain heads the batch's units append to, locked in (tenant, tree) order so batches on many
- * instances never deadlock: a unit naming a capability appends to that capability's tree (its root's
- * id; a capability's ancestors never change, so they are read unlocked), any other unit to its
- * tenant's own chain (''). Chain rows are locked after the heads, only by holders of their tree's head.
- * Beside the heads, one row per named capability that exists gives its tree, in the same statement
- * (one statement less per batch than a read of its own). `skip`: for the main lane, a head another
- * transaction holds is skipped, not waited for.
+ * Every lock a batch takes, in one statement ($1: the units' tenants and capabilities, $2: the
+ * capabilities whose chains are charged). First the chain heads the units append to, locked in
+ * (tenant, tree) order so batches on many instances never deadlock: a unit naming a capability
+ * appends to that capability's tree (its root's id; a capability's ancestors never change, so they
+ * are read unlocked), any other unit to its tenant's own chain (''). Then one row per named
+ * capability that exists, giving its tree. Last the chains' capability rows, in id order: after the
+ * heads, as UNION ALL runs its branches in order (a locking query never runs in parallel). `skip`:
+ * for the main lane, a row another transaction holds is left out, not waited for. One statement
+ * instead of three saved both sides a round of work per batch (bench/RESULTS.md).
  */
-const lockHeads = (skip: boolean): string => `WITH named AS (
+const lockAll = (skip: boolean): string => `WITH named AS (
   SELECT u.tenant_id, u.cap, CASE WHEN u.cap IS NULL THEN '' ELSE coalesce(c.ancestors[1], c.id, '') END AS tree_id, c.id IS NOT NULL AS known
   FROM jsonb_to_recordset($1::jsonb) AS u(tenant_id text, cap text)
   LEFT JOIN capabilities c ON c.id = u.cap AND c.tenant_id = u.tenant_id
@@ -615,13 +621,15 @@ const lockHeads = (skip: boolean): string => `WITH named AS (
   SELECT h.tenant_id, h.tree_id, h.seq::text AS seq, h.hash, h.last_id FROM audit_heads h
   WHERE (h.tenant_id, h.tree_id) IN (SELECT tenant_id, tree_id FROM named)
   ORDER BY h.tenant_id, h.tree_id FOR UPDATE OF h${skip ? ' SKIP LOCKED' : ''}
-)
-SELECT tenant_id, tree_id, seq, hash, last_id, NULL::text AS cap FROM heads
+), links AS MATERIALIZED (${lockChains(2, skip)})
+SELECT 'head' AS kind, tenant_id, tree_id, seq, hash, last_id, NULL::text AS cap, NULL::json AS link FROM heads
 UNION ALL
-SELECT DISTINCT tenant_id, tree_id, NULL, NULL, NULL, cap FROM named WHERE known`;
+SELECT 'tree', tenant_id, tree_id, NULL, NULL, NULL, cap, NULL FROM (SELECT DISTINCT tenant_id, tree_id, cap FROM named WHERE known) AS k
+UNION ALL
+SELECT 'link', l.tenant_id, NULL, NULL, NULL, NULL, NULL, to_json(l) FROM links AS l`;
 
-const LOCK_HEADS = lockHeads(false);
-const LOCK_HEADS_SKIP = lockHeads(true);
+const LOCK = lockAll(false);
+const LOCK_SKIP = lockAll(true);
 
 /**
  * All audit rows of the batch, the moved heads (new trees' heads inserted) and the batch's charges,
