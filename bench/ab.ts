@@ -6,15 +6,17 @@
  * judged only against its baseline measured minutes apart, round after round, never run against run.
  *
  * Per round and checkout: p50/p90 of one approval at a time on one keep-alive socket, the server's
- * CPU (all threads) and its database backends' CPU per approval, read from /proc (Linux only). The
- * last lines give each figure's median over the rounds. Needs DATABASE_URL (PostgreSQL).
+ * CPU (all threads) and its database backends' CPU per approval, read from /proc (Linux only); with
+ * BENCH_RATE (approvals/s), also an open-loop round at that rate for BENCH_RATE_SECONDS over 50
+ * connections (harness.ts `fixedRate`: latency from each request's scheduled time), p50/p99. The last
+ * lines give each figure's median over the rounds. Needs DATABASE_URL (PostgreSQL).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { approve, population, privateDatabase } from './harness.js';
+import { approve, fixedRate, population, privateDatabase } from './harness.js';
 import { openDatabase } from '../src/node/db.js';
 import { createTenant } from '../src/service/tenants.js';
 import { Store } from '../src/store/store.js';
@@ -23,6 +25,8 @@ const OTHER = process.env.BENCH_AB_OTHER?.trim();
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6);
 const PER_ROUND = Number(process.env.BENCH_SEQUENTIAL ?? 1500);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 1000);
+const RATE = Number(process.env.BENCH_RATE ?? 0);
+const RATE_SECONDS = Number(process.env.BENCH_RATE_SECONDS ?? 3);
 const databaseUrl = process.env.DATABASE_URL?.trim();
 const TICK_US = 10_000;
 
@@ -35,6 +39,7 @@ interface Side {
   readonly database: string;
   readonly admin: Awaited<ReturnType<typeof privateDatabase>>;
   readonly rounds: { p50: number; p90: number; server: number; postgres: number }[];
+  readonly rated: { p50: number; p99: number; server: number; postgres: number }[];
 }
 
 /** CPU (µs) of a process, all threads. */
@@ -80,7 +85,7 @@ async function startSide(name: string, dir: string): Promise<Side> {
     child.once('exit', (code) => fail(new Error(`${name} exited with ${code}`)));
   });
   const bodies = (await population(url, key, 200)).map((b) => Buffer.from(b));
-  return { name, url: new URL(url), child, key, bodies, database: admin.name, admin, rounds: [] };
+  return { name, url: new URL(url), child, key, bodies, database: admin.name, admin, rounds: [], rated: [] };
 }
 
 async function round(side: Side, count: number, record: boolean): Promise<void> {
@@ -103,6 +108,31 @@ async function round(side: Side, count: number, record: boolean): Promise<void> 
   if (record) side.rounds.push({ p50: at(0.5), p90: at(0.9), server, postgres });
 }
 
+/** `RATE` approvals a second for `RATE_SECONDS`, open loop, over up to 50 connections. */
+async function ratedRound(side: Side): Promise<void> {
+  const agent = new Agent({ keepAlive: true, maxSockets: 50 });
+  const pid = side.child.pid as number;
+  const server0 = cpuOf(pid);
+  const pg0 = await backendsCpu(side);
+  let next = 0;
+  const send = async (): Promise<number> => {
+    next = (next + 1) % side.bodies.length;
+    try {
+      return await approve(agent, side.url, side.key, side.bodies[next] as Buffer);
+    } catch {
+      return 0;
+    }
+  };
+  const { latencies, errors } = await fixedRate(send, RATE, RATE_SECONDS);
+  const server = (cpuOf(pid) - server0) / latencies.length;
+  const postgres = ((await backendsCpu(side)) - pg0) / latencies.length;
+  agent.destroy();
+  if (errors > 0) throw new Error(`${side.name}: ${errors} approvals failed at ${RATE}/s`);
+  latencies.sort();
+  const at = (q: number): number => latencies[Math.min(latencies.length - 1, Math.ceil(q * latencies.length) - 1)] as number;
+  side.rated.push({ p50: at(0.5), p99: at(0.99), server, postgres });
+}
+
 const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 === 1 ? (s[s.length >> 1] as number) : ((s[s.length / 2 - 1] as number) + (s[s.length / 2] as number)) / 2;
@@ -121,6 +151,13 @@ async function main(): Promise<void> {
         console.log(
           `round ${r + 1} ${side.name.padEnd(5)}  p50 ${x.p50.toFixed(2)}  p90 ${x.p90.toFixed(2)} ms   CPU µs/approval server ${x.server.toFixed(0)}, postgres ${x.postgres.toFixed(0)}`,
         );
+        if (RATE > 0) {
+          await ratedRound(side);
+          const y = side.rated.at(-1) as Side['rated'][number];
+          console.log(
+            `round ${r + 1} ${side.name.padEnd(5)}  at ${RATE}/s  p50 ${y.p50.toFixed(2)}  p99 ${y.p99.toFixed(2)} ms   CPU µs/approval server ${y.server.toFixed(0)}, postgres ${y.postgres.toFixed(0)}`,
+          );
+        }
       }
     }
     for (const side of sides) {
@@ -128,6 +165,12 @@ async function main(): Promise<void> {
       console.log(
         `median ${side.name.padEnd(5)}  p50 ${m('p50').toFixed(2)}  p90 ${m('p90').toFixed(2)} ms   CPU µs/approval server ${m('server').toFixed(0)}, postgres ${m('postgres').toFixed(0)}`,
       );
+      if (RATE > 0) {
+        const n = (k: 'p50' | 'p99' | 'server' | 'postgres'): number => median(side.rated.map((x) => x[k]));
+        console.log(
+          `median ${side.name.padEnd(5)}  at ${RATE}/s  p50 ${n('p50').toFixed(2)}  p99 ${n('p99').toFixed(2)} ms   CPU µs/approval server ${n('server').toFixed(0)}, postgres ${n('postgres').toFixed(0)}`,
+        );
+      }
     }
   } finally {
     for (const side of sides) {

@@ -230,3 +230,45 @@ export async function privateDatabase(url: string, bench: string): Promise<{ url
     },
   };
 }
+
+/**
+ * `rate` requests a second for `seconds` (open loop): each is sent at its scheduled time whether or
+ * not earlier ones were answered, and its latency is measured from that time, not from the actual
+ * send, so a server that falls behind shows its queueing instead of slowing the generator down
+ * (coordinated omission). `lags`: how late each was sent (timers fire to the millisecond).
+ */
+export async function fixedRate(
+  send: () => Promise<number>,
+  rate: number,
+  seconds: number,
+): Promise<{ latencies: Float64Array; lags: Float64Array; errors: number; seconds: number }> {
+  const total = Math.round(rate * seconds);
+  const interval = 1000 / rate;
+  const latencies = new Float64Array(total);
+  const lags = new Float64Array(total);
+  let errors = 0;
+  let pending = total;
+  const start = performance.now() + 5;
+  let last = start;
+  await new Promise<void>((resolve) => {
+    const fire = (i: number): void => {
+      const scheduled = start + i * interval;
+      lags[i] = performance.now() - scheduled;
+      void send().then((status) => {
+        last = performance.now();
+        latencies[i] = last - scheduled;
+        if (status < 200 || status >= 300) errors += 1;
+        pending -= 1;
+        if (pending === 0) resolve();
+      });
+    };
+    let i = 0;
+    const tick = (): void => {
+      const now = performance.now();
+      for (; i < total && start + i * interval <= now; i += 1) fire(i);
+      if (i < total) setTimeout(tick, start + i * interval - performance.now());
+    };
+    setTimeout(tick, start - performance.now());
+  });
+  return { latencies, lags, errors, seconds: (last - start) / 1000 };
+}

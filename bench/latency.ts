@@ -16,7 +16,7 @@
 import { Agent } from 'node:http';
 import type postgres from 'postgres';
 import { sample, split, type CpuSplit } from './cpu.js';
-import { approve, load, population, privateDatabase, startServers, type Server } from './harness.js';
+import { approve, fixedRate, load, population, privateDatabase, startServers, type Server } from './harness.js';
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 1000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 6);
@@ -110,41 +110,13 @@ async function oneAtATime(client: Client, n: number): Promise<Round> {
 
 /** `rate` requests a second for `seconds`, each sent at its scheduled time (open loop). */
 async function openLoop(client: Client, rate: number, seconds: number): Promise<Round> {
-  const total = Math.round(rate * seconds);
-  const interval = 1000 / rate;
-  const latencies = new Float64Array(total);
-  const lags = new Float64Array(total);
-  let errors = 0;
-  let pending = total;
   const pid = client.server.child.pid as number;
   const before = sample(pid);
-  const start = performance.now() + 5;
-  let last = start;
-  await new Promise<void>((resolve) => {
-    const fire = (i: number): void => {
-      const scheduled = start + i * interval;
-      lags[i] = performance.now() - scheduled;
-      void client.send().then((status) => {
-        last = performance.now();
-        latencies[i] = last - scheduled;
-        if (status < 200 || status >= 300) errors += 1;
-        pending -= 1;
-        if (pending === 0) resolve();
-      });
-    };
-    let i = 0;
-    const tick = (): void => {
-      const now = performance.now();
-      for (; i < total && start + i * interval <= now; i += 1) fire(i);
-      if (i < total) setTimeout(tick, start + i * interval - performance.now());
-    };
-    setTimeout(tick, start - performance.now());
-  });
+  const { latencies, lags, errors, seconds: took } = await fixedRate(() => client.send(), rate, seconds);
   const after = sample(pid);
-  return summarize(latencies, lags, errors, (last - start) / 1000, before !== null && after !== null ? split(before, after, total) : null);
+  return summarize(latencies, lags, errors, took, before !== null && after !== null ? split(before, after, latencies.length) : null);
 }
 
-/** A short closed-loop autocannon round at `CONNECTIONS` connections: the server's CPU per request when it is saturated. */
 async function saturation(client: Client, key: string, bodies: readonly string[]): Promise<Round> {
   const f = await load(client.server, key, bodies, { seconds: SATURATION_SECONDS, connections: CONNECTIONS });
   return { p50: f.p50, p90: NaN, p99: f.p99, max: NaN, rate: f.rps, answered: f.answered, errors: f.non2xx + f.errors, cpu: f.cpu, lag: null };
