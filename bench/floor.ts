@@ -1,0 +1,81 @@
+/**
+ * `npm run bench:floor` (issue 15): what one durable write costs from Node on this machine, beside the
+ * bare endpoint, so the one-at-a-time target (approve p50 ≤ 2× the bare endpoint's) can be set against
+ * the least a decision that is committed before it is answered must wait for. In one run, one at a
+ * time on one connection each: the bare Hono endpoint over HTTP; a prepared `SELECT 1` (a round trip
+ * to PostgreSQL); one autocommit INSERT (a round trip and a commit, fsync'd under the server's
+ * `synchronous_commit`), the floor of any durable decision; and BEGIN, a locking read, an INSERT and
+ * COMMIT through postgres.js's `begin` (three round trips, one commit), the shape of a batch.
+ *
+ * Needs DATABASE_URL (PostgreSQL); works in a database of its own, dropped after.
+ */
+import { Agent, request } from 'node:http';
+import postgres from 'postgres';
+import { privateDatabase, start, stop } from './harness.js';
+
+const N = Number(process.env.BENCH_SEQUENTIAL ?? 2000);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 300);
+const databaseUrl = process.env.DATABASE_URL?.trim();
+
+async function timed(name: string, op: () => Promise<unknown>): Promise<number> {
+  for (let i = 0; i < WARMUP; i += 1) await op();
+  const latencies = new Float64Array(N);
+  for (let i = 0; i < N; i += 1) {
+    const t = performance.now();
+    await op();
+    latencies[i] = performance.now() - t;
+  }
+  latencies.sort();
+  const at = (q: number): number => latencies[Math.min(N - 1, Math.ceil(q * N) - 1)] as number;
+  console.log(`${name.padEnd(48)} p50 ${at(0.5).toFixed(3)}  p90 ${at(0.9).toFixed(3)}  p99 ${at(0.99).toFixed(3)} ms`);
+  return at(0.5);
+}
+
+async function main(): Promise<void> {
+  if (databaseUrl === undefined) throw new Error('bench:floor needs DATABASE_URL (PostgreSQL)');
+  const db = await privateDatabase(databaseUrl, 'floor');
+  const sql = postgres(db.url, { max: 1, onnotice: () => {} });
+  const bare = await start('bench/bare-server.ts', {});
+  try {
+    await sql`CREATE TABLE floor_rows (id bigserial PRIMARY KEY, body jsonb NOT NULL)`;
+    await sql`CREATE TABLE floor_heads (id int PRIMARY KEY, seq bigint NOT NULL)`;
+    await sql`INSERT INTO floor_heads VALUES (1, 0)`;
+    const [setting] = await sql<{ synchronous_commit: string }[]>`SHOW synchronous_commit`;
+    const body = JSON.stringify({ decision: 'grant', target: '/workspace/x/src/main.ts', pad: 'x'.repeat(600) });
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const url = new URL(bare.url);
+    const bareRequest = (): Promise<void> =>
+      new Promise((resolve, reject) => {
+        const req = request(
+          { agent, host: url.hostname, port: url.port, path: '/v1/approve', method: 'POST', headers: { 'content-type': 'application/json' } },
+          (res) => {
+            res.resume();
+            res.on('end', resolve);
+          },
+        );
+        req.on('error', reject);
+        req.end(body);
+      });
+    console.log(`PostgreSQL at ${new URL(db.url).host}, synchronous_commit ${setting?.synchronous_commit}; ${N} one at a time after ${WARMUP}`);
+    const bareP50 = await timed('bare endpoint (HTTP)', bareRequest);
+    await timed('SELECT 1 (one round trip)', () => sql`SELECT 1`);
+    const commitP50 = await timed('INSERT, autocommit (a round trip and a commit)', () => sql`INSERT INTO floor_rows (body) VALUES (${body}::jsonb)`);
+    await timed('BEGIN; SELECT … FOR UPDATE; INSERT; COMMIT', () =>
+      sql.begin(async (tx) => {
+        await tx`SELECT seq FROM floor_heads WHERE id = 1 FOR UPDATE`;
+        await tx`INSERT INTO floor_rows (body) VALUES (${body}::jsonb)`;
+      }),
+    );
+    agent.destroy();
+    console.log(
+      `floor of a durable decision over HTTP: bare p50 + one commit p50 = ${(bareP50 + commitP50).toFixed(3)} ms, ` +
+        `against issue 15's one-at-a-time target of 2× bare = ${(2 * bareP50).toFixed(3)} ms`,
+    );
+  } finally {
+    await stop(bare);
+    await sql.end({ timeout: 5 });
+    await db.drop();
+  }
+}
+
+await main();
