@@ -128,7 +128,7 @@ export interface BatchTx extends DecisionTx {
    */
   takeCharges(): string | null;
   /**
-   * The delegation tree (its root's id) of a prefetched capability of this tenant; '' (the tenant's
+   * The delegation tree (its root's id) of a held capability of this tenant; '' (the tenant's
    * own chain) when it is unknown. The same rule as the writer's head lock.
    */
   treeOf(tenantId: string, capabilityId: string): string;
