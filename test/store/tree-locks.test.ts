@@ -128,4 +128,43 @@ describe.skipIf(!BACKENDS.includes('postgres'))('tree locks on postgres', () => 
     const spent = await call('GET', `/v1/capabilities/${a.capability_id}`);
     expect(spent.body).toMatchObject({ spent: 2, calls: 2 });
   });
+
+  // Every batch takes a tree's head before any link of its chain, so two batches never hold one each
+  // and wait for the other (a deadlock). A batch waiting for the head must hold no link meanwhile:
+  // the writer's one locking statement depends on UNION ALL running its branches in order for that.
+  test("a batch waiting for a tree's head holds no link of its chain meanwhile", async () => {
+    const a = await mint('order');
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    let linkFree: boolean | string = 'not tried';
+    const holding = holder.begin(async (tx) => {
+      await tx`SELECT 1 FROM audit_heads WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${a.capability_id} FOR UPDATE`;
+      locked();
+      await released;
+      // Another batch's order: the head first (held here), then the links.
+      try {
+        await tx`SELECT id FROM capabilities WHERE id = ${a.capability_id} FOR UPDATE NOWAIT`;
+        linkFree = true;
+      } catch (e) {
+        linkFree = (e as { code?: string }).code ?? String(e);
+      }
+    });
+    await isLocked;
+    try {
+      const decision = approve(a.token, '/w/order/x');
+      // Past the main lane's retries (RETRY_MS), the decision waits in a lane of its own for the head.
+      expect(await within(decision, 600)).toBe('pending');
+      release();
+      await holding;
+      expect(linkFree).toBe(true);
+      const answered = await within(decision, 10_000);
+      expect(answered).not.toBe('pending');
+      expect((answered as Awaited<ReturnType<typeof approve>>).body.decision).toBe('grant');
+    } finally {
+      release();
+      await holding.catch(() => undefined);
+    }
+  });
 });
