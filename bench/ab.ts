@@ -11,12 +11,12 @@
  * connections (harness.ts `fixedRate`: latency from each request's scheduled time), p50/p99. The last
  * lines give each figure's median over the rounds. Needs DATABASE_URL (PostgreSQL).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { approve, fixedRate, population, privateDatabase } from './harness.js';
+import { approve, fixedRate, percentile, population, privateDatabase, start } from './harness.js';
 import { openDatabase } from '../src/node/db.js';
 import { createTenant } from '../src/service/tenants.js';
 import { Store } from '../src/store/store.js';
@@ -65,25 +65,9 @@ async function startSide(name: string, dir: string): Promise<Side> {
   const key = (await createTenant(new Store(db.db), `ab-${name}`, new Date())).apiKey;
   await db.close();
   const tmp = mkdtempSync(join(tmpdir(), 'warrant-ab-'));
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/node/main.ts'], {
-    cwd: dir,
-    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', DATABASE_URL: admin.url, WARRANT_DATA_DIR: join(tmp, 'data'), WARRANT_KEYS_DIR: join(tmp, 'keys') },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const server = await start('src/node/main.ts', { DATABASE_URL: admin.url, WARRANT_DATA_DIR: join(tmp, 'data'), WARRANT_KEYS_DIR: join(tmp, 'keys') }, dir);
+  const { child, url } = server;
   child.once('exit', () => rmSync(tmp, { recursive: true, force: true }));
-  const url = await new Promise<string>((ok, fail) => {
-    let buf = '';
-    const onData = (d: Buffer): void => {
-      buf += d.toString();
-      const m = /listening on (http:\/\/[^"\s]+)/.exec(buf);
-      if (m === null) return;
-      child.stdout?.off('data', onData);
-      child.stdout?.resume();
-      ok(m[1] as string);
-    };
-    child.stdout?.on('data', onData);
-    child.once('exit', (code) => fail(new Error(`${name} exited with ${code}`)));
-  });
   const bodies = (await population(url, key, 200)).map((b) => Buffer.from(b));
   return { name, url: new URL(url), child, key, bodies, database: admin.name, admin, rounds: [], rated: [] };
 }
@@ -104,8 +88,7 @@ async function round(side: Side, count: number, record: boolean): Promise<void> 
   const postgres = ((await backendsCpu(side)) - pg0) / count;
   agent.destroy();
   latencies.sort();
-  const at = (q: number): number => latencies[Math.min(count - 1, Math.ceil(q * count) - 1)] as number;
-  if (record) side.rounds.push({ p50: at(0.5), p90: at(0.9), server, postgres });
+  if (record) side.rounds.push({ p50: percentile(latencies, 0.5), p90: percentile(latencies, 0.9), server, postgres });
 }
 
 /** `RATE` approvals a second for `RATE_SECONDS`, open loop, over up to 50 connections. */
@@ -129,8 +112,7 @@ async function ratedRound(side: Side): Promise<void> {
   agent.destroy();
   if (errors > 0) throw new Error(`${side.name}: ${errors} approvals failed at ${RATE}/s`);
   latencies.sort();
-  const at = (q: number): number => latencies[Math.min(latencies.length - 1, Math.ceil(q * latencies.length) - 1)] as number;
-  side.rated.push({ p50: at(0.5), p99: at(0.99), server, postgres });
+  side.rated.push({ p50: percentile(latencies, 0.5), p99: percentile(latencies, 0.99), server, postgres });
 }
 
 const median = (xs: number[]): number => {

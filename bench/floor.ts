@@ -9,9 +9,9 @@
  *
  * Needs DATABASE_URL (PostgreSQL); works in a database of its own, dropped after.
  */
-import { Agent, request } from 'node:http';
+import { Agent } from 'node:http';
 import postgres from 'postgres';
-import { privateDatabase, start, stop } from './harness.js';
+import { approve, percentile, privateDatabase, start, stop } from './harness.js';
 
 const N = Number(process.env.BENCH_SEQUENTIAL ?? 2000);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 300);
@@ -26,7 +26,7 @@ async function timed(name: string, op: () => Promise<unknown>): Promise<number> 
     latencies[i] = performance.now() - t;
   }
   latencies.sort();
-  const at = (q: number): number => latencies[Math.min(N - 1, Math.ceil(q * N) - 1)] as number;
+  const at = (q: number): number => percentile(latencies, q);
   console.log(`${name.padEnd(48)} p50 ${at(0.5).toFixed(3)}  p90 ${at(0.9).toFixed(3)}  p99 ${at(0.99).toFixed(3)} ms`);
   return at(0.5);
 }
@@ -44,18 +44,8 @@ async function main(): Promise<void> {
     const body = JSON.stringify({ decision: 'grant', target: '/workspace/x/src/main.ts', pad: 'x'.repeat(600) });
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
     const url = new URL(bare.url);
-    const bareRequest = (): Promise<void> =>
-      new Promise((resolve, reject) => {
-        const req = request(
-          { agent, host: url.hostname, port: url.port, path: '/v1/approve', method: 'POST', headers: { 'content-type': 'application/json' } },
-          (res) => {
-            res.resume();
-            res.on('end', resolve);
-          },
-        );
-        req.on('error', reject);
-        req.end(body);
-      });
+    // The bare endpoint takes no key; the request is the one the other benches send.
+    const bareRequest = (): Promise<number> => approve(agent, url, '', Buffer.from(body));
     console.log(`PostgreSQL at ${new URL(db.url).host}, synchronous_commit ${setting?.synchronous_commit}; ${N} one at a time after ${WARMUP}`);
     const bareP50 = await timed('bare endpoint (HTTP)', bareRequest);
     await timed('SELECT 1 (one round trip)', () => sql`SELECT 1`);

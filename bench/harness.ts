@@ -20,10 +20,12 @@ export interface Server {
   readonly child: ChildProcess;
 }
 
-export function start(script: string, env: Record<string, string>): Promise<Server> {
+/** Starts `script` (relative to `cwd`, by default this checkout) and resolves once it listens. */
+export function start(script: string, env: Record<string, string>, cwd?: string): Promise<Server> {
   const flags =
     (script.includes('main') || script.includes('cluster')) && process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [];
   const child = spawn(process.execPath, [...flags, '--import', 'tsx', script], {
+    ...(cwd === undefined ? {} : { cwd }),
     env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -271,4 +273,10 @@ export async function fixedRate(
     setTimeout(tick, start - performance.now());
   });
   return { latencies, lags, errors, seconds: (last - start) / 1000 };
+}
+
+/** The `q` quantile of sorted latencies (nearest rank); NaN when there are none. */
+export function percentile(sorted: Float64Array, q: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] as number;
 }

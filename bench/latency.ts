@@ -16,7 +16,7 @@
 import { Agent } from 'node:http';
 import type postgres from 'postgres';
 import { sample, split, type CpuSplit } from './cpu.js';
-import { approve, fixedRate, load, population, privateDatabase, startServers, type Server } from './harness.js';
+import { approve, fixedRate, load, percentile, population, privateDatabase, startServers, type Server } from './harness.js';
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 1000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 6);
@@ -43,11 +43,6 @@ interface Round {
   readonly cpu: CpuSplit | null;
   /** Open loop only: how late the generator sent, p50 and p99 (ms). */
   readonly lag: { readonly p50: number; readonly p99: number } | null;
-}
-
-function percentile(sorted: Float64Array, q: number): number {
-  if (sorted.length === 0) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] as number;
 }
 
 class Client {

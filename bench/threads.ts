@@ -9,7 +9,7 @@
  */
 import { Agent } from 'node:http';
 import { readdirSync, readFileSync } from 'node:fs';
-import { approve, population, privateDatabase, startServers, type Server } from './harness.js';
+import { approve, percentile, population, privateDatabase, startServers, type Server } from './harness.js';
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 3000);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 1000);
@@ -54,7 +54,7 @@ async function measure(target: string, server: Server, key: string, bodies: read
   const after = threads(pid);
   agent.destroy();
   latencies.sort();
-  const at = (q: number): string => (latencies[Math.min(SEQUENTIAL - 1, Math.ceil(q * SEQUENTIAL) - 1)] as number).toFixed(2);
+  const at = (q: number): string => percentile(latencies, q).toFixed(2);
   const perThread = [...after].map(([name, us]) => [name, (us - (before.get(name) ?? 0)) / SEQUENTIAL] as const);
   const total = perThread.reduce((sum, [, us]) => sum + us, 0);
   const others = perThread.filter(([name]) => name !== 'main').reduce((sum, [, us]) => sum + us, 0);
