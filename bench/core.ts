@@ -3,7 +3,8 @@
  * (approve evaluation, attenuation check), and of approve with the token verified cold (signature
  * and claims on every call, no token cache), against Biscuit verify+authorize of an equivalent token
  * (@biscuit-auth/biscuit-wasm), with ops/s and the ratio; plus the byte size of a typical root and
- * child token. Run through `node --experimental-wasm-modules` (the Biscuit package imports .wasm).
+ * child token, and the cost of sealing a typical audit row (canonical JSON and SHA-256) with the
+ * portable SHA-256 and with the server's native one (src/node/native-hash.ts). Run through `node --experimental-wasm-modules` (the Biscuit package imports .wasm).
  */
 import { Biscuit, AuthorizerBuilder, KeyPair, SignatureAlgorithm, type PublicKey } from '@biscuit-auth/biscuit-wasm';
 import { checkAttenuation, type ChildSpec } from '../src/core/attenuate.js';
@@ -22,6 +23,9 @@ import type {
 } from '../src/core/types.js';
 import { generateSigningJwk, loadKeyRing } from '../src/crypto/keys.js';
 import { signToken, verifyToken } from '../src/crypto/tokens.js';
+import { nobleSha256Hex, useSha256 } from '../src/crypto/hash.js';
+import { nativeSha256Hex } from '../src/node/native-hash.js';
+import { sealRow, type HashedRow } from '../src/store/audit.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
 const NOW = Date.parse('2026-06-01T12:00:00Z');
@@ -218,6 +222,48 @@ async function main(): Promise<void> {
   console.log(line('biscuit verify+authorize (wasm)', biscuitOps));
   console.log(
     `token bytes: root ${rootToken.length}, child ${childToken.length} (with two argument bounds), typical child ${typicalChildToken.length}; biscuit root+block ${biscuitToken.length}`,
+  );
+  // A grant's audit row as the writer seals it (~1 KiB hashed: target, arguments, ids).
+  const row: HashedRow = {
+    tenantId: 'ten_4PGm3pY0dYl8hJ2x0m1QZw',
+    treeId: 'cap_f-41dx0UGdt-LB_AzE5TCg',
+    seq: 1234,
+    id: 'aud_0qkqV6rY1r1m3e7gq2c9xw',
+    at: new Date(NOW),
+    event: 'approve',
+    decision: 'grant',
+    reasonCode: null,
+    capabilityId: 'cap_H3HHgfGuEqiShF2iQSytyA',
+    parentId: 'cap_f-41dx0UGdt-LB_AzE5TCg',
+    trajectoryId: 'traj-child-0042',
+    op: 'read',
+    target: { kind: 'path', path: '/workspace/t-1/src/main.py' },
+    cost: '10000',
+    callId: 'call_7f3c2a',
+    detail: {
+      requested: { kind: 'path', path: '/workspace/t-1/./src/main.py' },
+      args: { timeout_ms: 5000, pattern: 'TODO|FIXME', files: ['a.py', 'b.py'] },
+      charged: ['cap_f-41dx0UGdt-LB_AzE5TCg', 'cap_H3HHgfGuEqiShF2iQSytyA'],
+    },
+    keyId: 'key_9w2Xc0pQ1uVbN4mLk7tR6A',
+    requestId: 'req_3bVqL9xZ2mN8pK1wJ5tY0A',
+    rootTrajectoryId: 'traj-root-0042',
+    prevHash: 'a'.repeat(64),
+  };
+  const sealOps = (impl: typeof nobleSha256Hex): number => {
+    useSha256(impl);
+    const ops = opsPerSecond((i) => sealRow({ ...row, seq: i }));
+    useSha256(nobleSha256Hex);
+    return ops;
+  };
+  if (sealRow(row).hash !== (useSha256(nativeSha256Hex), sealRow(row).hash)) throw new Error('native and portable SHA-256 disagree');
+  useSha256(nobleSha256Hex);
+  const sealNoble = sealOps(nobleSha256Hex);
+  const sealNative = sealOps(nativeSha256Hex);
+  console.log(line('seal an audit row (@noble/hashes)', sealNoble));
+  console.log(line('seal an audit row (node:crypto)', sealNative));
+  console.log(
+    `sealing one row: ${(1e6 / sealNoble).toFixed(1)} µs portable, ${(1e6 / sealNative).toFixed(1)} µs native (${sealRow(row).canonical.length} bytes hashed)`,
   );
   console.log(`core/biscuit ratio: ${(approveOps / biscuitOps).toFixed(0)} (cached token), ${(approveColdOps / biscuitOps).toFixed(1)} (cold, like for like)`);
 }

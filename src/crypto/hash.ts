@@ -14,9 +14,26 @@ export function canonicalJson(value: unknown): string {
   return text;
 }
 
+/** Lower-case hex SHA-256 of a string's UTF-8 bytes (lone surrogates as U+FFFD, as TextEncoder does). */
+export type Sha256Hex = (text: string) => string;
+
+/** The portable SHA-256 (@noble/hashes): what Workers and the tests' reference use. */
+export const nobleSha256Hex: Sha256Hex = (text) => bytesToHex(sha256(utf8ToBytes(text)));
+
+let sha256Impl: Sha256Hex = nobleSha256Hex;
+
+/**
+ * Replaces the SHA-256 behind `sha256Hex` (and so every audit row's hash, idempotency and API-key
+ * hash) with one that gives the same digests faster: on Node, node:crypto's native one (src/node/
+ * native-hash.ts; about 4x faster for an audit row, bench/RESULTS.md). Called once at start-up.
+ */
+export function useSha256(impl: Sha256Hex): void {
+  sha256Impl = impl;
+}
+
 /** Lower-case hex SHA-256 of a UTF-8 string. */
 export function sha256Hex(text: string): string {
-  return bytesToHex(sha256(utf8ToBytes(text)));
+  return sha256Impl(text);
 }
 
 /** Lower-case hex SHA-256 of the canonical JSON of a value. */

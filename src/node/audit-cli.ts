@@ -24,6 +24,7 @@ import { Checkpointer } from '../audit/service.js';
 import { verifyStoredAudit, type AuditReport } from '../audit/verify.js';
 import { Store, type TenantRecord } from '../store/store.js';
 import { log, readConfig, runMain, type Config } from './config.js';
+import { useNativeSha256 } from './native-hash.js';
 import { openConfiguredDatabase } from './db.js';
 import { FileSink, sinkFile } from './file-sink.js';
 import { keyFile, loadKeys } from './keyfile.js';
@@ -180,4 +181,5 @@ async function main(args: string[]): Promise<number> {
   }
 }
 
+useNativeSha256(); // verifying a long log hashes every row
 runMain('audit', main);

@@ -1,0 +1,53 @@
+/**
+ * The server's SHA-256 (node:crypto, src/node/native-hash.ts) must give the digests of the portable
+ * one (@noble/hashes) for every string, or rows hashed by a Node server would not verify on Workers,
+ * in the typed client or in an older release (and the reverse).
+ */
+import { afterEach, describe, expect, test } from 'vitest';
+import { nobleSha256Hex, sha256Hex, useSha256 } from '../../src/crypto/hash.js';
+import { nativeSha256Hex } from '../../src/node/native-hash.js';
+
+const samples: string[] = [
+  '',
+  'abc',
+  '{"a":1}',
+  'é', // two UTF-8 bytes
+  '€𝄞🙂', // three and four
+  '\ud800', // a lone high surrogate: U+FFFD in both
+  'x\udc00y', // a lone low surrogate
+  '\u0000\u007f\u0080\u07ff\u0800\uffff',
+  'a'.repeat(55), // one SHA-256 block with its padding
+  'a'.repeat(56), // padding spills into a second block
+  'a'.repeat(64),
+  'ü'.repeat(5000), // longer than any audit row
+];
+
+describe('SHA-256 on Node', () => {
+  afterEach(() => useSha256(nobleSha256Hex));
+
+  test('the known vectors (FIPS 180-2)', () => {
+    for (const f of [nobleSha256Hex, nativeSha256Hex]) {
+      expect(f('abc')).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
+      expect(f('')).toBe('e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855');
+    }
+  });
+
+  test.each(samples.map((s) => [JSON.stringify(s).slice(0, 40), s]))('native and portable agree on %s', (_, s) => {
+    expect(nativeSha256Hex(s)).toBe(nobleSha256Hex(s));
+  });
+
+  test('agree on random strings of random code units', () => {
+    for (let i = 0; i < 500; i++) {
+      const units = Array.from({ length: Math.floor(Math.random() * 300) }, () => Math.floor(Math.random() * 0x10000));
+      const s = String.fromCharCode(...units);
+      expect(nativeSha256Hex(s)).toBe(nobleSha256Hex(s));
+    }
+  });
+
+  test('useSha256 puts an implementation behind sha256Hex', () => {
+    const seen: string[] = [];
+    useSha256((t) => (seen.push(t), nativeSha256Hex(t)));
+    expect(sha256Hex('abc')).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
+    expect(seen).toEqual(['abc']);
+  });
+});
