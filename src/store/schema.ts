@@ -44,6 +44,10 @@ export const apiKeys = pgTable(
  * refused attenuation of an unknown parent). A decision locks only its own tree's head, so decisions
  * on different trees never wait on each other. `xid` is the transaction that last moved the head: the
  * checkpointer finds the trees changed since its last snapshot through it (src/audit/checkpointer.ts).
+ * No index covers `xid` (nor seq, hash, last_id), so moving a head is a HOT update that touches no
+ * index, and the table keeps half of each page free for them (fillfactor 50, migration 0004): every
+ * batch moves a head per tree it writes, while the checkpointer reads a tenant's heads once per
+ * checkpoint through the primary key's tenant_id prefix (bench/RESULTS.md).
  */
 export const auditHeads = pgTable(
   'audit_heads',
@@ -59,7 +63,7 @@ export const auditHeads = pgTable(
       .notNull()
       .default(sql`pg_current_xact_id()`),
   },
-  (t) => [primaryKey({ columns: [t.tenantId, t.treeId] }), index('audit_heads_xid_idx').on(t.tenantId, t.xid)],
+  (t) => [primaryKey({ columns: [t.tenantId, t.treeId] })],
 );
 
 export const capabilities = pgTable(
