@@ -1,14 +1,14 @@
 /**
  * `npm run bench:http`: a bare Hono endpoint and Warrant's POST /v1/approve, each in its own
  * process, loaded in turn (interleaved rounds) with autocannon at 50 connections. Warrant runs on
- * PostgreSQL when DATABASE_URL is set, else on embedded PGlite. The approvals are realistic: a few
+ * PostgreSQL when DATABASE_URL is set (on a database of its own, created there and dropped after), else on embedded PGlite. The approvals are realistic: a few
  * hundred tokens (roots and children, most with budgets), a mix of grants and denials.
  * Prints req/s and p50/p99 per target and, last, `approve/bare ratio: X.XX`.
  */
 import { availableParallelism } from 'node:os';
 import postgres from 'postgres';
 import { fmtSplit, type CpuSplit } from './cpu.js';
-import { load as loadRound, population, startServers, type Figures, type Server } from './harness.js';
+import { load as loadRound, population, privateDatabase, startServers, type Figures, type Server } from './harness.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
@@ -73,7 +73,10 @@ async function lockWaits<T>(
 }
 
 async function main(): Promise<void> {
-  const { bare, warrant, key, close } = await startServers({ databaseUrl, processes: PROCESSES });
+  // A database of its own per run, dropped after: a shared one grows run after run, and its size
+  // moves the figures (bench/RESULTS.md).
+  const db = databaseUrl === undefined ? null : await privateDatabase(databaseUrl, 'http');
+  const { bare, warrant, key, close } = await startServers({ databaseUrl: db?.url, processes: PROCESSES });
   try {
     console.log(
       `warrant on ${databaseUrl === undefined ? 'embedded PGlite' : 'PostgreSQL'}, ${PROCESSES} process(es); ${CONNECTIONS} connections, ${ROUNDS} rounds of ${SECONDS} s each`,
@@ -136,6 +139,7 @@ async function main(): Promise<void> {
     console.log(`approve/bare ratio: ${(w.rps / b.rps).toFixed(2)}`);
   } finally {
     await close();
+    await db?.drop();
   }
 }
 
