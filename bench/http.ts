@@ -2,7 +2,8 @@
  * `npm run bench:http`: a bare Hono endpoint and Warrant's POST /v1/approve, each in its own
  * process, loaded in turn (interleaved rounds) with autocannon at 50 connections. Warrant runs on
  * PostgreSQL when DATABASE_URL is set (on a database of its own, created there and dropped after),
- * else on embedded PGlite. The approvals are realistic: a few hundred tokens (roots and children, most with budgets), a mix of grants and denials.
+ * else on embedded PGlite. The approvals are realistic: a few hundred tokens (roots and children,
+ * most with budgets), a mix of grants and denials.
  * Prints req/s and p50/p99 per target and, last, `approve/bare ratio: X.XX`.
  */
 import { availableParallelism } from 'node:os';
