@@ -4,7 +4,8 @@
  * and claims on every call, no token cache), against Biscuit verify+authorize of an equivalent token
  * (@biscuit-auth/biscuit-wasm), with ops/s and the ratio; plus the byte size of a typical root and
  * child token, and the cost of sealing a typical audit row (canonical JSON and SHA-256) with the
- * portable SHA-256 and with the server's native one (src/node/native-hash.ts). Run through `node --experimental-wasm-modules` (the Biscuit package imports .wasm).
+ * portable SHA-256 and with the server's native one (src/node/native-hash.ts). Run through
+ * `node --experimental-wasm-modules` (the Biscuit package imports .wasm).
  */
 import { Biscuit, AuthorizerBuilder, KeyPair, SignatureAlgorithm, type PublicKey } from '@biscuit-auth/biscuit-wasm';
 import { checkAttenuation, type ChildSpec } from '../src/core/attenuate.js';
@@ -250,14 +251,17 @@ async function main(): Promise<void> {
     rootTrajectoryId: 'traj-root-0042',
     prevHash: 'a'.repeat(64),
   };
-  const sealOps = (impl: typeof nobleSha256Hex): number => {
+  /** Runs `f` with `impl` behind sha256Hex, then puts the portable one back. */
+  const withSha256 = <T>(impl: typeof nobleSha256Hex, f: () => T): T => {
     useSha256(impl);
-    const ops = opsPerSecond((i) => sealRow({ ...row, seq: i }));
-    useSha256(nobleSha256Hex);
-    return ops;
+    try {
+      return f();
+    } finally {
+      useSha256(nobleSha256Hex);
+    }
   };
-  if (sealRow(row).hash !== (useSha256(nativeSha256Hex), sealRow(row).hash)) throw new Error('native and portable SHA-256 disagree');
-  useSha256(nobleSha256Hex);
+  const sealOps = (impl: typeof nobleSha256Hex): number => withSha256(impl, () => opsPerSecond((i) => sealRow({ ...row, seq: i })));
+  if (withSha256(nativeSha256Hex, () => sealRow(row).hash) !== sealRow(row).hash) throw new Error('native and portable SHA-256 disagree');
   const sealNoble = sealOps(nobleSha256Hex);
   const sealNative = sealOps(nativeSha256Hex);
   console.log(line('seal an audit row (@noble/hashes)', sealNoble));

@@ -25,7 +25,7 @@ let sha256Impl: Sha256Hex = nobleSha256Hex;
 /**
  * Replaces the SHA-256 behind `sha256Hex` (and so every audit row's hash, idempotency and API-key
  * hash) with one that gives the same digests faster: on Node, node:crypto's native one (src/node/
- * native-hash.ts; about 4x faster for an audit row, bench/RESULTS.md). Called once at start-up.
+ * native-hash.ts; `npm run bench:core` prints sealing an audit row with each). Called once at start-up.
  */
 export function useSha256(impl: Sha256Hex): void {
   sha256Impl = impl;

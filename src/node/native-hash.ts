@@ -1,7 +1,7 @@
 /**
  * SHA-256 from node:crypto (OpenSSL), for `useSha256` (src/crypto/hash.ts): the same digests as the
- * portable @noble/hashes one (test/crypto/native-hash.test.ts), at about a quarter of its CPU for a
- * ~1 KiB audit row. Node only; the Workers build keeps @noble/hashes.
+ * portable @noble/hashes one (test/crypto/native-hash.test.ts), faster (`npm run bench:core` prints
+ * sealing an audit row with each). Node only; the Workers build keeps @noble/hashes.
  */
 import { createHash } from 'node:crypto';
 import { useSha256, type Sha256Hex } from '../crypto/hash.js';
