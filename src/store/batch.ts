@@ -3,7 +3,8 @@
  *
  * A batch has two phases: it sends its locking reads together and awaits them, decides in memory,
  * then sends its writes and does not await them before COMMIT, so writes and COMMIT travel in one
- * round trip. On postgres.js every statement sent here is a named prepared statement (the same text
+ * round trip; on postgres.js BEGIN travels with the locking reads, so a batch is two round trips in
+ * all. On postgres.js every statement sent here is a named prepared statement (the same text
  * every batch), so after the first batch on a connection it costs one Bind/Execute, where drizzle's
  * unprepared statements cost a Parse/Describe round trip each before they run. A write that fails
  * aborts the transaction, which turns its COMMIT into a rollback; the writer awaits every write after
@@ -13,7 +14,7 @@
  */
 import { sql, type SQL } from 'drizzle-orm';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
-import type { Sql, TransactionSql } from 'postgres';
+import type { ReservedSql, Sql } from 'postgres';
 import type { Db } from './store.js';
 
 export type Row = Record<string, unknown>;
@@ -80,86 +81,136 @@ export function batchRunner(db: Db): BatchRunner {
   return drizzleRunner(db);
 }
 
+/** The pool connection under a reserved client (postgres.js's own, as its `onexecute` hands it over). */
+interface PoolConnection {
+  onclose: ((e: unknown) => void) | null;
+}
+
+/**
+ * On a connection reserved from the pool: BEGIN is not awaited but sent with the batch's first
+ * statements, in the same socket write, so a batch costs two round trips (its locking reads; its
+ * writes with COMMIT), not three. postgres.js's own `begin` awaits BEGIN before it runs anything.
+ * Reserving on a pool with no open connection needs postgres.js's fix for porsager/postgres#751
+ * (patches/postgres+3.4.9.patch, applied on install): without it that reserve never settles.
+ */
 function postgresRunner(client: Sql): BatchRunner {
   return async <T>(body: (c: BatchConn) => Promise<BatchOutcome<T>>, control: BatchControl = {}): Promise<T> => {
     let committing = false;
     const abandoned = abandonment(control.signal, () => committing);
     /** Abandoned: nothing more is sent, and the transaction is rolled back, never committed. */
     const isAbandoned = (): boolean => control.signal?.aborted === true && !committing;
-    let writes: readonly Promise<unknown>[] = [];
-    // Once the batch's connection has closed, nothing more may be sent on it. postgres.js writes a
-    // statement sent to a closed connection from a setImmediate onto a null socket: a TypeError
-    // nothing can catch (porsager/postgres#1154) and a statement that never settles, which would
-    // leave its unit, and with it the writer, waiting forever. Worse, the pool may by then have
-    // reconnected that connection for other work, where the statement would run outside this
-    // transaction. `gone` is set by the first reaction to any statement failing for a lost
-    // connection (before the code awaiting it resumes) and by the transaction's own rejection.
+    // A stalled or unreachable database leaves a reserve waiting (postgres.js retries the connection
+    // without end): the batch stops waiting at its deadline and a late connection goes straight back.
+    const reserving = client.reserve();
+    let tx: ReservedSql;
+    try {
+      tx = await Promise.race([reserving, abandoned]);
+    } catch (e) {
+      reserving.then(
+        (late) => late.release(),
+        () => undefined,
+      );
+      throw new BatchFailed(false, { cause: e });
+    }
+    // Once the connection has closed, nothing more may be sent on it: postgres.js writes a statement
+    // sent to a closed connection from a setImmediate onto a null socket, a TypeError nothing can
+    // catch (porsager/postgres#1154), and the pool may by then have reconnected that connection for
+    // other work, where the statement would run outside this transaction. `gone` is set by the pool
+    // the moment the connection closes (through the hook postgres.js's own `begin` uses), before any
+    // statement's rejection reaches the code awaiting it; and nothing gone is ever released to the pool.
     let gone = false;
+    let connection: PoolConnection | null = null;
+    let dropped!: (e: unknown) => void;
+    const closed = new Promise<never>((_, reject) => (dropped = reject));
+    closed.catch(() => undefined);
     const lost = (e: unknown): void => {
       if (connectionLost(e)) gone = true;
     };
-    const open = client.begin((tx: TransactionSql) => {
-      /** Every statement of the batch, raw or through drizzle, goes out here. */
-      const send = (text: string, params: readonly unknown[], options?: { prepare?: boolean }): ReturnType<TransactionSql['unsafe']> => {
-        if (gone || isAbandoned()) throw new Error('the batch connection closed');
-        const q = tx.unsafe(text, params as string[], options);
-        // Registered first, so it runs before whoever awaits the statement. (It also starts the
-        // statement, on the next microtask: drizzle's `.values()` right after this still applies.)
-        q.catch(lost);
-        return q;
-      };
-      let db: Db | undefined;
-      const conn: BatchConn = {
-        // The statement itself is returned (no async wrapper): postgres.js observes it, so a write
-        // the database refuses is not an unhandled rejection while it waits for COMMIT.
-        query: (text, params) => {
-          if (!gone && !isAbandoned()) return send(text, params, { prepare: true });
-          const refused = Promise.reject(new Error('the batch connection closed'));
-          refused.catch(() => undefined); // observed here; the caller still sees the rejection
-          return refused;
-        },
-        get db() {
-          // drizzle reads the client's options (its type parsers, the same object for a
-          // transaction) and sends everything through `unsafe`.
-          return (db ??= drizzlePostgres({ options: client.options, unsafe: send } as unknown as Sql) as unknown as Db);
-        },
-      };
-      const run = (async (): Promise<T> => {
-        if (isAbandoned()) throw new BatchAbandoned('the batch was abandoned before it began');
-        const out = await body(conn);
-        if (gone) throw new Error('the batch connection closed');
-        if (isAbandoned()) throw new BatchAbandoned('the batch was abandoned at its deadline');
-        writes = out.writes;
-        // Returning without awaiting the writes lets postgres.js send COMMIT right behind them.
-        committing = true;
-        control.onCommit?.();
-        return out.value;
-      })();
-      // Settling this callback makes postgres.js send ROLLBACK or COMMIT on the connection: after
-      // it closed, that is the same uncatchable write. The transaction has already failed by then
-      // (postgres.js rejects it when the connection closes), so the callback is left unsettled.
-      // An abandoned batch settles it at once (ROLLBACK goes out behind whatever is still running),
-      // so the connection goes back to the pool when the database answers again.
-      return Promise.race([run, abandoned]).catch((e: unknown) => {
-        if (gone) return new Promise<never>(() => {});
-        throw e;
-      });
+    const send = (text: string, params: readonly unknown[], options?: Record<string, unknown>): ReturnType<ReservedSql['unsafe']> => {
+      if (gone || isAbandoned()) throw new Error('the batch connection closed');
+      const q = tx.unsafe(text, params as string[], options);
+      // Registered first, so it runs before whoever awaits the statement. (It also starts the
+      // statement, on the next microtask: drizzle's `.values()` right after this still applies.)
+      q.catch(lost);
+      return q;
+    };
+    /** Returns the connection to the pool once `last` is answered, unless it closed meanwhile. */
+    const releaseAfter = (last: Promise<unknown>): void => {
+      void last
+        .catch(() => undefined)
+        .then(() => {
+          if (gone) return;
+          if (connection !== null) connection.onclose = null;
+          tx.release();
+        });
+    };
+    const begun = send('BEGIN', [], {
+      // Called as BEGIN is written; postgres.js pipelines the statements after it only if it returns true.
+      onexecute: (c: PoolConnection) => {
+        connection = c;
+        c.onclose = (e) => {
+          gone = true;
+          dropped(e);
+        };
+        return true;
+      },
     });
+    let begin = 'pending' as 'pending' | 'ok' | 'failed';
+    begun.then(
+      (r) => (begin = r.command === 'BEGIN' ? 'ok' : 'failed'),
+      () => (begin = 'failed'),
+    );
+    let db: Db | undefined;
+    const conn: BatchConn = {
+      // The statement itself is returned (no async wrapper): postgres.js observes it, so a write
+      // the database refuses is not an unhandled rejection while it waits for COMMIT. Statements
+      // sent before BEGIN's answer are the batch's first (its locking reads); the writes, sent after
+      // those are answered, and so after BEGIN is, go out only inside the transaction.
+      query: (text, params) => {
+        if (!gone && !isAbandoned() && begin !== 'failed') return send(text, params, { prepare: true });
+        const refused = Promise.reject(new Error('the batch connection closed'));
+        refused.catch(() => undefined); // observed here; the caller still sees the rejection
+        return refused;
+      },
+      get db() {
+        // drizzle reads the client's options (its type parsers, the same object for a
+        // transaction) and sends everything through `unsafe`.
+        return (db ??= drizzlePostgres({ options: client.options, unsafe: send } as unknown as Sql) as unknown as Db);
+      },
+    };
+    let writes: readonly Promise<unknown>[] = [];
+    const run = (async (): Promise<T> => {
+      if (isAbandoned()) throw new BatchAbandoned('the batch was abandoned before it began');
+      const out = await body(conn);
+      writes = out.writes;
+      await begun;
+      if (begin !== 'ok') throw new Error('BEGIN did not open a transaction');
+      if (gone) throw new Error('the batch connection closed');
+      if (isAbandoned()) throw new BatchAbandoned('the batch was abandoned at its deadline');
+      committing = true;
+      control.onCommit?.();
+      // Sent right behind the writes, without awaiting them: one round trip for both.
+      const commit = send('COMMIT', []);
+      releaseAfter(commit);
+      // A write the database refused aborted the transaction: its COMMIT answers ROLLBACK.
+      const [done] = await Promise.all([commit, Promise.all(writes)]);
+      if (done.command !== 'COMMIT') throw new Error(`COMMIT answered ${done.command}`);
+      return out.value;
+    })();
     try {
       // An abandoned batch does not wait for its ROLLBACK: on a stalled database that never comes.
-      const value = (await Promise.race([
-        open.catch((e: unknown) => {
-          gone = true;
-          throw e;
-        }),
-        abandoned,
-      ])) as T;
-      await Promise.all(writes);
-      return value;
+      return await Promise.race([run, abandoned, closed]);
     } catch (e) {
-      // No write may be left unobserved; one that reached a closed connection may never settle, so
-      // they are observed, not awaited (the batch has failed either way).
+      // No statement may be left unobserved; one that reached a closed connection may never settle,
+      // so they are observed, not awaited (the batch has failed either way).
+      run.catch(() => undefined);
       for (const w of writes) w.catch(() => undefined);
+      if (!committing && !gone) {
+        // Rolled back behind whatever is still running; the connection returns once that is answered.
+        const rollback = tx.unsafe('ROLLBACK');
+        rollback.catch(lost);
+        releaseAfter(rollback);
+      }
       throw new BatchFailed(committing, { cause: e });
     }
   };

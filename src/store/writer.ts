@@ -130,11 +130,11 @@ export interface WriterOptions {
 }
 
 /**
- * Batch transactions a writer keeps open at once, by default. A lane begins its transaction and only
- * then takes what is queued, so the BEGIN round trip doubles as the wait that lets a batch fill.
- * Measured with `npm run bench:http` (bench/RESULTS.md): two lanes (the next BEGIN overlapping the
- * last COMMIT) halved the batches and did not raise one tenant's throughput, as every batch of a
- * tenant queued on its audit-head lock then; three did no better.
+ * Batch transactions a writer keeps open at once, by default. A lane takes what is queued when it
+ * starts; what arrives while its batch runs fills the next one. Measured with `npm run bench:http`
+ * and `bench:ab` (bench/RESULTS.md): two lanes (the next BEGIN overlapping the last COMMIT) halved
+ * the batches and did not raise one tenant's throughput, and at 1,000 approvals/s their smaller
+ * batches cost more CPU than the overlap saved; three did no better.
  */
 const LANES = 1;
 
@@ -364,12 +364,13 @@ export class DecisionWriter {
   }
 
   /**
-   * One batch transaction: BEGIN, then wait for the turn, take every queued unit (up to maxBatch),
-   * decide them and send the writes and COMMIT; the turn passes on as soon as COMMIT is sent.
+   * One batch transaction: a connection, then wait for the turn, take every queued unit (up to
+   * maxBatch), lock (on PostgreSQL BEGIN goes out with the locking statement), decide them and send the writes and
+   * COMMIT; the turn passes on as soon as COMMIT is sent.
    *
    * A lane is abandoned (rolled back, never committed) when the deadline of one of its units passes
-   * before COMMIT is sent, or when it has not taken any unit a deadline after it began (BEGIN hangs on
-   * a stalled database): it then ends at once, without waiting for the database, so that the next
+   * before COMMIT is sent, or when it has not taken any unit a deadline after it began (a stalled
+   * database gives it no connection, or never answers BEGIN): it then ends at once, without waiting for the database, so that the next
    * lane can start when the database answers again; the units still queued wait for that lane.
    */
   private async lane(): Promise<void> {
@@ -447,7 +448,7 @@ export class DecisionWriter {
         take();
         passTurn();
       } else if (entered === null) {
-        // BEGIN failed, so the body never ran: take what waits now and fail it, rather than start
+        // No transaction began (no connection, or BEGIN failed), so the body never ran: take what waits now and fail it, rather than start
         // lane after lane against a database that refuses (a unit queued later starts its own).
         await myTurn;
         take();

@@ -202,6 +202,34 @@ describe.runIf(BACKENDS.includes('postgres'))('the decision writer on postgres, 
     await new Promise((r) => setTimeout(r, 200));
   };
 
+  test('with every connection of the pool closed, the next batch reconnects and commits (a reserve on a cold pool)', async () => {
+    const target = await mint('cold');
+    await cut();
+    // Nothing else runs on the pool first: the batch's own reserve must open a connection. Unpatched
+    // postgres.js never settles that reserve with fetch_types off (porsager/postgres#751).
+    const writer = new DecisionWriter(h.database.db, { now: h.clock.now, deadlineMs: 5000 });
+    const id = `aud_cold_${Date.now()}`;
+    const audit: AuditDraft = {
+      id,
+      event: 'approve',
+      decision: 'deny',
+      reasonCode: 'revoked',
+      capabilityId: target,
+      parentId: null,
+      trajectoryId: 'cold',
+      op: 'read',
+      target: { kind: 'path', path: '/c/x' },
+      cost: null,
+      callId: null,
+      detail: null,
+    };
+    await expect(writer.submit({ tenantId: h.tenantIds.a, fence: null, chainOf: target, run: async () => ({ result: 'written', audit }) })).resolves.toBe(
+      'written',
+    );
+    const { entries } = await h.store.listAudit(h.tenantIds.a, { capabilityId: target, limit: 10 });
+    expect(entries.map((e) => e.id)).toContain(id);
+  });
+
   for (const via of ['raw statement', 'drizzle statement'] as const) {
     test(`a ${via} sent after the close never runs: the unit fails and nothing it wrote is committed`, async () => {
       const target = await mint(`cut-${via.split(' ')[0]}`);
