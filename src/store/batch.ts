@@ -179,6 +179,7 @@ function postgresRunner(client: Sql): BatchRunner {
       },
     };
     let writes: readonly Promise<unknown>[] = [];
+    let rolledBack = false;
     const run = (async (): Promise<T> => {
       if (isAbandoned()) throw new BatchAbandoned('the batch was abandoned before it began');
       const out = await body(conn);
@@ -192,9 +193,15 @@ function postgresRunner(client: Sql): BatchRunner {
       // Sent right behind the writes, without awaiting them: one round trip for both.
       const commit = send('COMMIT', []);
       releaseAfter(commit);
-      // A write the database refused aborted the transaction: its COMMIT answers ROLLBACK.
-      const [done] = await Promise.all([commit, Promise.all(writes)]);
-      if (done.command !== 'COMMIT') throw new Error(`COMMIT answered ${done.command}`);
+      // Answered after the writes. A write the database refused aborted the transaction, and COMMIT
+      // answers ROLLBACK: then nothing was committed, and the batch says so (not an unknown outcome).
+      const done = await commit;
+      if (done.command !== 'COMMIT') {
+        rolledBack = true;
+        await Promise.all(writes); // rejects with the refused write's error, the better cause
+        throw new Error(`COMMIT answered ${done.command}`);
+      }
+      await Promise.all(writes);
       return out.value;
     })();
     try {
@@ -211,7 +218,7 @@ function postgresRunner(client: Sql): BatchRunner {
         rollback.catch(lost);
         releaseAfter(rollback);
       }
-      throw new BatchFailed(committing, { cause: e });
+      throw new BatchFailed(committing && !rolledBack, { cause: e });
     }
   };
 }

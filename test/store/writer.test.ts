@@ -125,14 +125,15 @@ describe.each(BACKENDS)('the decision writer on %s', (backend) => {
     const sizes: number[] = [];
     const writer = new DecisionWriter(h.database.db, { now: h.clock.now, onBatch: (s) => sizes.push(s) });
     const before = await state();
-    // Submitted together, the three share a batch (a lane takes its units only once its BEGIN is
-    // done); the third charge takes spent past the budget, so the batch's one UPDATE of its charges
-    // violates capabilities_spent_ck.
+    // Submitted together, the three share a batch (all are queued before the lane takes its units);
+    // the third charge takes spent past the budget, so the batch's one UPDATE of its charges violates
+    // capabilities_spent_ck. Its COMMIT then answers ROLLBACK: nothing committed, and it says so.
     const outcomes = await Promise.allSettled([writer.submit(charge(1n)), writer.submit(charge(1n)), writer.submit(charge(100_000_000n))]);
     expect(sizes).toEqual([3]);
     for (const o of outcomes) {
       expect(o.status).toBe('rejected');
       expect((o as PromiseRejectedResult).reason).toBeInstanceOf(StoreUnavailable);
+      expect((o as PromiseRejectedResult).reason.outcome).toBe('rolled_back');
     }
     expect(await state()).toEqual(before);
     expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
@@ -173,6 +174,7 @@ describe.each(BACKENDS)('the decision writer on %s', (backend) => {
     const outcomes = await Promise.allSettled([writer.submit(charge(1n)), writer.submit(charge(1n, { ...used }))]);
     expect(sizes).toEqual([1, 2]);
     expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
+    for (const o of outcomes) expect((o as PromiseRejectedResult).reason.outcome).toBe('rolled_back');
     expect(await state()).toEqual(before);
     expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
   });
