@@ -8,15 +8,17 @@
  * Per round and checkout: p50/p90 of one approval at a time on one keep-alive socket, the server's
  * CPU (all threads) and its database backends' CPU per approval, read from /proc (Linux only); with
  * BENCH_RATE (approvals/s), also an open-loop round at that rate for BENCH_RATE_SECONDS over 50
- * connections (harness.ts `fixedRate`: latency from each request's scheduled time), p50/p99. The last
- * lines give each figure's median over the rounds. Needs DATABASE_URL (PostgreSQL).
+ * connections (harness.ts `fixedRate`: latency from each request's scheduled time), p50/p99; with
+ * BENCH_SATURATE_SECONDS, also a closed-loop autocannon round at 50 connections (issue 12's item 6:
+ * approvals/s at saturation and the server's CPU per approval). The last lines give each figure's
+ * median over the rounds. Needs DATABASE_URL (PostgreSQL).
  */
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { approve, fixedRate, percentile, population, privateDatabase, start } from './harness.js';
+import { approve, fixedRate, load, percentile, population, privateDatabase, start } from './harness.js';
 import { openDatabase } from '../src/node/db.js';
 import { createTenant } from '../src/service/tenants.js';
 import { Store } from '../src/store/store.js';
@@ -28,6 +30,7 @@ const WARMUP = Number(process.env.BENCH_WARMUP ?? 1000);
 const RATE = Number(process.env.BENCH_RATE ?? 0);
 const RATE_SECONDS = Number(process.env.BENCH_RATE_SECONDS ?? 3);
 const databaseUrl = process.env.DATABASE_URL?.trim();
+const SATURATE_SECONDS = Number(process.env.BENCH_SATURATE_SECONDS ?? 0);
 const TICK_US = 10_000;
 
 interface Side {
@@ -40,6 +43,7 @@ interface Side {
   readonly admin: Awaited<ReturnType<typeof privateDatabase>>;
   readonly rounds: { p50: number; p90: number; server: number; postgres: number }[];
   readonly rated: { p50: number; p99: number; server: number; postgres: number }[];
+  readonly saturated: { rps: number; server: number }[];
 }
 
 /** CPU (µs) of a process, all threads. */
@@ -69,7 +73,7 @@ async function startSide(name: string, dir: string): Promise<Side> {
   const { child, url } = server;
   child.once('exit', () => rmSync(tmp, { recursive: true, force: true }));
   const bodies = (await population(url, key, 200)).map((b) => Buffer.from(b));
-  return { name, url: new URL(url), child, key, bodies, database: admin.name, admin, rounds: [], rated: [] };
+  return { name, url: new URL(url), child, key, bodies, database: admin.name, admin, rounds: [], rated: [], saturated: [] };
 }
 
 async function round(side: Side, count: number, record: boolean): Promise<void> {
@@ -115,6 +119,13 @@ async function ratedRound(side: Side): Promise<void> {
   side.rated.push({ p50: percentile(latencies, 0.5), p99: percentile(latencies, 0.99), server, postgres });
 }
 
+/** Closed loop at 50 connections for `SATURATE_SECONDS`: approvals/s and the server's CPU per approval. */
+async function saturatedRound(side: Side): Promise<void> {
+  const f = await load({ url: side.url.origin, child: side.child }, side.key, side.bodies.map(String), { seconds: SATURATE_SECONDS, connections: 50 });
+  if (f.non2xx + f.errors > 0) throw new Error(`${side.name}: ${f.non2xx} non-2xx answers and ${f.errors} errors at saturation`);
+  side.saturated.push({ rps: f.rps, server: f.cpu?.server ?? NaN });
+}
+
 const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 === 1 ? (s[s.length >> 1] as number) : ((s[s.length / 2 - 1] as number) + (s[s.length / 2] as number)) / 2;
@@ -140,6 +151,11 @@ async function main(): Promise<void> {
             `round ${r + 1} ${side.name.padEnd(5)}  at ${RATE}/s  p50 ${y.p50.toFixed(2)}  p99 ${y.p99.toFixed(2)} ms   CPU µs/approval server ${y.server.toFixed(0)}, postgres ${y.postgres.toFixed(0)}`,
           );
         }
+        if (SATURATE_SECONDS > 0) {
+          await saturatedRound(side);
+          const z = side.saturated.at(-1) as Side['saturated'][number];
+          console.log(`round ${r + 1} ${side.name.padEnd(5)}  saturated  ${z.rps.toFixed(0)} approvals/s   CPU µs/approval server ${z.server.toFixed(0)}`);
+        }
       }
     }
     for (const side of sides) {
@@ -152,6 +168,10 @@ async function main(): Promise<void> {
         console.log(
           `median ${side.name.padEnd(5)}  at ${RATE}/s  p50 ${n('p50').toFixed(2)}  p99 ${n('p99').toFixed(2)} ms   CPU µs/approval server ${n('server').toFixed(0)}, postgres ${n('postgres').toFixed(0)}`,
         );
+      }
+      if (SATURATE_SECONDS > 0) {
+        const s = (k: 'rps' | 'server'): number => median(side.saturated.map((x) => x[k]));
+        console.log(`median ${side.name.padEnd(5)}  saturated  ${s('rps').toFixed(0)} approvals/s   CPU µs/approval server ${s('server').toFixed(0)}`);
       }
     }
   } finally {
