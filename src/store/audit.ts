@@ -45,14 +45,66 @@ export function hashedFields(r: HashedRow): Record<string, unknown> {
 }
 
 /**
+ * `canonicalJson(hashedFields(r))`, written without building that object: its keys in RFC 8785
+ * order (by UTF-16 code units, fixed here) and the scalars serialized as the library does, which
+ * spends a Set, a key sort and an array join on every field of every row (bench/RESULTS.md). Nested
+ * values (target, detail) still go through the library. test/store/audit.test.ts holds the two
+ * equal on generated rows.
+ */
+export function canonicalRow(r: HashedRow): string {
+  return `${openRow(r)}}`;
+}
+
+/** canonicalRow without its closing brace: the writer appends the columns it inserts beside it. */
+function openRow(r: HashedRow): string {
+  let s = `{"at":${scalar(r.at.toISOString())}`;
+  s = field(s, 'call_id', r.callId);
+  s = field(s, 'capability_id', r.capabilityId);
+  s = field(s, 'cost', r.cost);
+  s = field(s, 'decision', r.decision);
+  s = field(s, 'detail', r.detail);
+  s = field(s, 'event', r.event);
+  s = field(s, 'id', r.id);
+  if (r.keyId !== null) s = field(s, 'key_id', r.keyId);
+  s = field(s, 'op', r.op);
+  s = field(s, 'parent_id', r.parentId);
+  s = field(s, 'prev_hash', r.prevHash);
+  s = field(s, 'reason_code', r.reasonCode);
+  if (r.requestId !== null) s = field(s, 'request_id', r.requestId);
+  if (r.rootTrajectoryId !== null) s = field(s, 'root_trajectory_id', r.rootTrajectoryId);
+  s = field(s, 'seq', Number(r.seq));
+  s = field(s, 'target', r.target);
+  s = field(s, 'tenant_id', r.tenantId);
+  s = field(s, 'trajectory_id', r.trajectoryId);
+  if (r.treeId !== '') s = field(s, 'tree_id', r.treeId);
+  return s;
+}
+
+/** `text` with `,"key":value` appended, or unchanged when the value has no JSON form (undefined), as the library skips it. */
+function field(text: string, key: string, value: unknown): string {
+  return value === undefined || typeof value === 'symbol' ? text : `${text},"${key}":${scalar(value)}`;
+}
+
+/** A value's RFC 8785 text: strings without surrogates and finite numbers as JSON.stringify (what the library does for them), the rest by the library. */
+function scalar(value: unknown): string {
+  if (value === null) return 'null';
+  if ((typeof value === 'string' && !SURROGATE.test(value)) || (typeof value === 'number' && Number.isFinite(value))) return JSON.stringify(value);
+  return canonicalJson(value);
+}
+
+/** Any UTF-16 surrogate: a string holding one goes to the library, which refuses lone ones. */
+const SURROGATE = /[\uD800-\uDFFF]/;
+
+/**
  * A row's canonical text (RFC 8785, of its hashed fields) and its hash, SHA-256 of the canonical
  * JSON of `[prev_hash, fields]`. That array's canonical form is `[` + the JSON string of prev_hash +
  * `,` + the fields' canonical text + `]`, so the fields are serialized once; the writer reuses the
- * text as the row it inserts.
+ * text as the row it inserts (`open`: that text without its closing brace).
  */
-export function sealRow(r: HashedRow): { readonly canonical: string; readonly hash: string } {
-  const canonical = canonicalJson(hashedFields(r));
-  return { canonical, hash: sha256Hex(`[${JSON.stringify(r.prevHash)},${canonical}]`) };
+export function sealRow(r: HashedRow): { readonly canonical: string; readonly open: string; readonly hash: string } {
+  const open = openRow(r);
+  const canonical = `${open}}`;
+  return { canonical, open, hash: sha256Hex(`[${JSON.stringify(r.prevHash)},${canonical}]`) };
 }
 
 export function rowHash(r: HashedRow): string {

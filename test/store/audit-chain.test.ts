@@ -11,7 +11,9 @@ import { getTableColumns, sql, type SQL } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
-import { hashedFields, rowHash, verifyChains, type ChainHead, type ChainReport } from '../../src/store/audit.js';
+import fc from 'fast-check';
+import { canonicalJson } from '../../src/crypto/hash.js';
+import { canonicalRow, hashedFields, rowHash, verifyChains, type ChainHead, type ChainReport, type HashedRow } from '../../src/store/audit.js';
 import { audit } from '../../src/store/schema.js';
 import { GENESIS_HASH, type AuditRecord } from '../../src/store/store.js';
 import { BACKENDS } from '../support/db.js';
@@ -151,6 +153,54 @@ describe('rowHash and verifyChains', () => {
         .digest('hex');
       expect(rowHash(r)).toBe(independent);
     }
+  });
+
+  test('canonicalRow (the serializer the writer seals with) is the RFC 8785 text of hashedFields on generated rows, and refuses what the library refuses', () => {
+    // Code units of every kind: quotes, escapes, line separators, non-ASCII, astral pairs and lone surrogates.
+    const unit = fc.oneof(
+      fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)),
+      fc.constantFrom('"', '\\', '\n', '\u2028', 'ß', '\u{1F600}', '\uD800', '\uDC00', 'a'),
+    );
+    const text = fc.string({ unit, maxLength: 12 });
+    const nullable = fc.option(text, { nil: null });
+    const absent = fc.oneof(text, fc.constant(null), fc.constant(undefined));
+    const json = fc.jsonValue({ maxDepth: 3 });
+    const row = fc.record({
+      tenantId: text,
+      treeId: fc.oneof(fc.constant(''), text),
+      seq: fc.oneof(fc.integer({ min: 1, max: 2 ** 31 }), fc.constant(Number.MAX_SAFE_INTEGER)),
+      id: text,
+      at: fc.date({ min: new Date(0), max: new Date(Date.UTC(9999, 0)), noInvalidDate: true }),
+      event: text,
+      decision: text,
+      reasonCode: nullable,
+      capabilityId: nullable,
+      parentId: nullable,
+      trajectoryId: text,
+      op: nullable,
+      target: fc.oneof(fc.constant(null), json),
+      cost: fc.option(fc.bigInt({ min: 0n, max: 10n ** 20n }).map(String), { nil: null }),
+      callId: nullable,
+      detail: fc.oneof(fc.constant(null), json),
+      keyId: absent,
+      requestId: absent,
+      rootTrajectoryId: absent,
+      prevHash: text,
+    });
+    fc.assert(
+      fc.property(row, (r) => {
+        const h = r as unknown as HashedRow;
+        let expected: string | Error;
+        try {
+          expected = canonicalJson(hashedFields(h));
+        } catch (e) {
+          expected = e as Error;
+        }
+        if (expected instanceof Error) expect(() => canonicalRow(h)).toThrow();
+        else expect(canonicalRow(h)).toBe(expected);
+      }),
+      { numRuns: 3000 },
+    );
   });
 
   test('the hash covers neither itself nor pos, so a stored hash can be checked and the listing renumbered', () => {
