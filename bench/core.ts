@@ -24,9 +24,9 @@ import type {
 } from '../src/core/types.js';
 import { generateSigningJwk, loadKeyRing } from '../src/crypto/keys.js';
 import { signToken, verifyToken } from '../src/crypto/tokens.js';
-import { nobleSha256Hex, useSha256 } from '../src/crypto/hash.js';
-import { nativeSha256Hex } from '../src/node/native-hash.js';
-import { sealRow, type HashedRow } from '../src/store/audit.js';
+import { canonicalJson, newId, nobleSha256Hex, portableBase64url, useBase64url, useSha256 } from '../src/crypto/hash.js';
+import { nativeBase64url, nativeSha256Hex } from '../src/node/native-hash.js';
+import { canonicalRow, hashedFields, sealRow, type HashedRow } from '../src/store/audit.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
 const NOW = Date.parse('2026-06-01T12:00:00Z');
@@ -269,6 +269,25 @@ async function main(): Promise<void> {
   console.log(
     `sealing one row: ${(1e6 / sealNoble).toFixed(1)} µs portable, ${(1e6 / sealNative).toFixed(1)} µs native (${sealRow(row).canonical.length} bytes hashed)`,
   );
+  // The row's canonical text alone: the library over the hashed fields' object against the writer's fixed-order serializer.
+  if (canonicalRow(row) !== canonicalJson(hashedFields(row))) throw new Error('canonicalRow and the library disagree');
+  const textLibrary = opsPerSecond((i) => canonicalJson(hashedFields({ ...row, seq: i })));
+  const textFixed = opsPerSecond((i) => canonicalRow({ ...row, seq: i }));
+  console.log(line('row text, canonicalize over hashedFields', textLibrary));
+  console.log(line('row text, canonicalRow (fixed key order)', textFixed));
+  console.log(`row text: ${(1e6 / textLibrary).toFixed(1)} µs by the library, ${(1e6 / textFixed).toFixed(1)} µs by canonicalRow`);
+  // A fresh id (two an approval: its request's and its audit row's), encoded by jose (btoa) and by Buffer.
+  const idOps = (impl: typeof portableBase64url): number => {
+    useBase64url(impl);
+    try {
+      return opsPerSecond(() => newId('aud'));
+    } finally {
+      useBase64url(portableBase64url);
+    }
+  };
+  const idPortable = idOps(portableBase64url);
+  const idNative = idOps(nativeBase64url);
+  console.log(`a new id: ${(1e6 / idPortable).toFixed(2)} µs base64url by jose, ${(1e6 / idNative).toFixed(2)} µs by Buffer`);
   console.log(`core/biscuit ratio: ${(approveOps / biscuitOps).toFixed(0)} (cached token), ${(approveColdOps / biscuitOps).toFixed(1)} (cold, like for like)`);
 }
 

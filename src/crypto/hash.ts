@@ -66,9 +66,26 @@ function randomBytes(n: number): Uint8Array {
   return out;
 }
 
+/** Bytes as base64url without padding. */
+export type Base64url = (bytes: Uint8Array) => string;
+
+/** jose's: what Workers use. */
+export const portableBase64url: Base64url = (bytes) => base64url.encode(bytes);
+
+let base64urlImpl: Base64url = portableBase64url;
+
+/**
+ * Replaces the encoder behind `randomToken` (every id and API key) with one that gives the same text
+ * faster: on Node, Buffer's (src/node/native-hash.ts). jose's went through btoa and cost ~3.6 µs an
+ * id, two ids an approval (bench/RESULTS.md). Called once at start-up.
+ */
+export function useBase64url(impl: Base64url): void {
+  base64urlImpl = impl;
+}
+
 /** `n` random bytes as base64url without padding. */
 export function randomToken(n: number): string {
-  return base64url.encode(randomBytes(n));
+  return base64urlImpl(randomBytes(n));
 }
 
 /** A fresh opaque id with a type prefix, e.g. `cap_…` (128 random bits). */

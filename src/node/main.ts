@@ -23,7 +23,7 @@ import { loadDocsAssets } from './docs-assets.js';
 import { FileSink } from './file-sink.js';
 
 import { loadKeys } from './keyfile.js';
-import { useNativeSha256 } from './native-hash.js';
+import { useNativeBase64url, useNativeSha256 } from './native-hash.js';
 
 /** Binds the port; a busy or forbidden port is a refusal (exit 1) before the database is opened. */
 function bind(server: HttpServer, port: number, host: string): Promise<number> {
@@ -39,6 +39,7 @@ const SERVER_COMMAND = 'the Warrant server (npm start)';
 
 async function main(): Promise<void> {
   useNativeSha256();
+  useNativeBase64url();
   const config = readConfig(process.env);
   if (config.databaseUrl === undefined) {
     process.umask(0o077);

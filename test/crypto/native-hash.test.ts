@@ -1,11 +1,12 @@
 /**
- * The server's SHA-256 (node:crypto, src/node/native-hash.ts) must give the digests of the portable
+ * The server's base64url (Buffer) must give jose's text for every byte string: ids and API keys
+ * minted by a Node server are checked by their form elsewhere. And its SHA-256 (node:crypto, src/node/native-hash.ts) must give the digests of the portable
  * one (@noble/hashes) for every string, or rows hashed by a Node server would not verify on Workers,
  * in the typed client or in an older release (and the reverse).
  */
 import { afterEach, describe, expect, test } from 'vitest';
-import { nobleSha256Hex, sha256Hex, useSha256 } from '../../src/crypto/hash.js';
-import { nativeSha256Hex } from '../../src/node/native-hash.js';
+import { newId, nobleSha256Hex, portableBase64url, randomToken, sha256Hex, useBase64url, useSha256 } from '../../src/crypto/hash.js';
+import { nativeBase64url, nativeSha256Hex } from '../../src/node/native-hash.js';
 
 const samples: string[] = [
   '',
@@ -49,5 +50,31 @@ describe('SHA-256 on Node', () => {
     useSha256((t) => (seen.push(t), nativeSha256Hex(t)));
     expect(sha256Hex('abc')).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
     expect(seen).toEqual(['abc']);
+  });
+});
+
+describe('base64url on Node', () => {
+  afterEach(() => useBase64url(portableBase64url));
+
+  test('native and portable agree on every length from 0 to 64 bytes, random and edge bytes, and on views into a larger buffer', () => {
+    for (let n = 0; n <= 64; n++) {
+      const random = crypto.getRandomValues(new Uint8Array(n));
+      for (const bytes of [random, new Uint8Array(n).fill(0xff), new Uint8Array(n).fill(0xfb), new Uint8Array(n)]) {
+        expect(nativeBase64url(bytes)).toBe(portableBase64url(bytes));
+      }
+      // A view that starts inside its buffer (ids are cut from a pool of random bytes).
+      const pool = crypto.getRandomValues(new Uint8Array(n + 10));
+      const view = pool.subarray(3, 3 + n);
+      expect(nativeBase64url(view)).toBe(portableBase64url(view));
+      expect(nativeBase64url(view)).not.toContain('=');
+    }
+  });
+
+  test('useBase64url puts an encoder behind ids and API-key tokens', () => {
+    const seen: number[] = [];
+    useBase64url((b) => (seen.push(b.length), nativeBase64url(b)));
+    expect(newId('aud')).toMatch(/^aud_[A-Za-z0-9_-]{22}$/);
+    expect(randomToken(32)).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(seen).toEqual([16, 32]);
   });
 });
