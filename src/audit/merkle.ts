@@ -5,18 +5,18 @@
  * I/O-free: hashes of stored nodes come in through a `NodeReader` (in memory here, tiles in
  * ./tiles.ts), so the server and every verifier share this one file. Workers-safe.
  */
-import { sha256 } from '@noble/hashes/sha2.js';
+import { sha256Bytes } from '../crypto/hash.js';
 
 /** Bytes in every hash of the tree (SHA-256). */
 export const HASH_SIZE = 32;
 
 /** The root of the empty tree, MTH({}) = SHA-256() (RFC 9162 §2.1.1). */
-export const EMPTY_ROOT: Uint8Array = sha256(new Uint8Array(0));
+export const EMPTY_ROOT: Uint8Array = sha256Bytes(new Uint8Array(0));
 // The verifiers compare against their own copy: a caller writing into EMPTY_ROOT must not change them.
 const EMPTY = EMPTY_ROOT.slice();
 
-const LEAF_PREFIX = new Uint8Array([0x00]);
-const INTERIOR_PREFIX = new Uint8Array([0x01]);
+const LEAF_PREFIX = 0x00;
+const INTERIOR_PREFIX = 0x01;
 
 /**
  * What went wrong: `out_of_range` (a leaf, size or subtree outside the tree), `bad_hash` (not 32
@@ -50,12 +50,19 @@ export interface NodeReader {
 
 /** The hash of a leaf: SHA-256(0x00 || data) (RFC 9162 §2.1.1). */
 export function leafHash(data: Uint8Array): Uint8Array {
-  return sha256.create().update(LEAF_PREFIX).update(data).digest();
+  const input = new Uint8Array(1 + data.length);
+  input[0] = LEAF_PREFIX;
+  input.set(data, 1);
+  return sha256Bytes(input);
 }
 
 /** The hash of an interior node: SHA-256(0x01 || left || right) (RFC 9162 §2.1.1). */
 export function interiorHash(left: Uint8Array, right: Uint8Array): Uint8Array {
-  return sha256.create().update(INTERIOR_PREFIX).update(left).update(right).digest();
+  const input = new Uint8Array(1 + left.length + right.length);
+  input[0] = INTERIOR_PREFIX;
+  input.set(left, 1);
+  input.set(right, 1 + left.length);
+  return sha256Bytes(input);
 }
 
 /**

@@ -5,8 +5,20 @@
  * in the typed client or in an older release (and the reverse).
  */
 import { afterEach, describe, expect, test } from 'vitest';
-import { newId, nobleSha256Hex, portableBase64url, randomToken, sha256Hex, useBase64url, useSha256 } from '../../src/crypto/hash.js';
-import { nativeBase64url, nativeSha256Hex } from '../../src/node/native-hash.js';
+import {
+  newId,
+  nobleSha256Bytes,
+  nobleSha256Hex,
+  portableBase64url,
+  randomToken,
+  sha256Bytes,
+  sha256Hex,
+  useBase64url,
+  useSha256,
+  useSha256Bytes,
+} from '../../src/crypto/hash.js';
+import { interiorHash, leafHash } from '../../src/audit/merkle.js';
+import { nativeBase64url, nativeSha256Bytes, nativeSha256Hex } from '../../src/node/native-hash.js';
 
 const samples: string[] = [
   '',
@@ -76,5 +88,35 @@ describe('base64url on Node', () => {
     expect(newId('aud')).toMatch(/^aud_[A-Za-z0-9_-]{22}$/);
     expect(randomToken(32)).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(seen).toEqual([16, 32]);
+  });
+});
+
+describe('SHA-256 of bytes on Node (the Merkle tree)', () => {
+  afterEach(() => useSha256Bytes(nobleSha256Bytes));
+
+  test('native and portable agree on every length 0-200, on views into a larger buffer, and the result is a plain Uint8Array whose slice copies', () => {
+    for (let n = 0; n <= 200; n++) {
+      const pool = crypto.getRandomValues(new Uint8Array(n + 7));
+      for (const data of [pool.subarray(0, n), pool.subarray(7, 7 + n)]) expect(nativeSha256Bytes(data)).toEqual(nobleSha256Bytes(data));
+    }
+    const d = nativeSha256Bytes(new Uint8Array([1, 2, 3]));
+    expect(Object.getPrototypeOf(d)).toBe(Uint8Array.prototype);
+    const copy = d.slice();
+    copy[0] = (copy[0] as number) ^ 0xff;
+    expect(copy[0]).not.toBe(d[0]);
+  });
+
+  test('useSha256Bytes puts an implementation behind the Merkle hashes, which give the same nodes either way (RFC 9162 prefixes)', () => {
+    const data = new TextEncoder().encode('a leaf');
+    const left = leafHash(data);
+    const right = leafHash(new Uint8Array(0));
+    const portable = interiorHash(left, right);
+    const seen: number[] = [];
+    useSha256Bytes((b) => (seen.push(b.length), nativeSha256Bytes(b)));
+    expect(leafHash(data)).toEqual(left);
+    expect(interiorHash(left, right)).toEqual(portable);
+    expect(sha256Bytes(new Uint8Array(0))).toEqual(nobleSha256Bytes(new Uint8Array(0)));
+    // 0x00 || data, 0x01 || left || right, and the empty input.
+    expect(seen).toEqual([1 + data.length, 65, 0]);
   });
 });
