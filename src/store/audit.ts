@@ -48,7 +48,7 @@ export function hashedFields(r: HashedRow): Record<string, unknown> {
  * `canonicalJson(hashedFields(r))`, written without building that object: its keys in RFC 8785
  * order (by UTF-16 code units, fixed here) and the scalars serialized as the library does, which
  * spends a Set, a key sort and an array join on every field of every row (bench/RESULTS.md). Nested
- * values (target, detail) still go through the library. test/store/audit.test.ts holds the two
+ * values (target, detail) still go through the library. test/store/audit-chain.test.ts holds the two
  * equal on generated rows.
  */
 export function canonicalRow(r: HashedRow): string {

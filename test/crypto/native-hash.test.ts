@@ -74,7 +74,7 @@ describe('base64url on Node', () => {
       for (const bytes of [random, new Uint8Array(n).fill(0xff), new Uint8Array(n).fill(0xfb), new Uint8Array(n)]) {
         expect(nativeBase64url(bytes)).toBe(portableBase64url(bytes));
       }
-      // A view that starts inside its buffer (ids are cut from a pool of random bytes).
+      // A view that starts inside its buffer (the id pool hands out copies today; a view must encode alike).
       const pool = crypto.getRandomValues(new Uint8Array(n + 10));
       const view = pool.subarray(3, 3 + n);
       expect(nativeBase64url(view)).toBe(portableBase64url(view));
