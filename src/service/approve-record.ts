@@ -30,20 +30,33 @@ export function approveDetail(
     truncated ||= b.truncated;
     return b.value;
   };
-  const requested = req.requested === null ? null : Object.fromEntries(Object.entries(req.requested).map(([k, v]) => [k, cut(v)]));
+  // Plain loops, no entries arrays or spreads: this runs on every approval.
+  let requested: Record<string, unknown> | null = null;
+  if (req.requested !== null) {
+    requested = {};
+    for (const [k, v] of Object.entries(req.requested)) put(requested, k, cut(v));
+  }
   // Nested values of a call by tool are kept as a whole only when short; a long one is cut as its JSON text.
-  const args = Object.fromEntries(
-    Object.entries(req.args).map(([k, v]) => [
-      k,
-      typeof v === 'object' && v !== null && JSON.stringify(v).length > AUDIT_STRING_CHARS ? cut(JSON.stringify(v)) : cut(v),
-    ]),
-  );
-  return {
-    ...(message === null ? {} : { message }),
-    requested_target: requested,
-    ...(Object.keys(args).length === 0 ? {} : { args }),
-    ...(truncated ? { truncated: true } : {}),
-  };
+  let args: Record<string, unknown> | null = null;
+  for (const [k, v] of Object.entries(req.args)) {
+    args ??= {};
+    if (typeof v === 'object' && v !== null) {
+      const text = JSON.stringify(v);
+      put(args, k, text.length > AUDIT_STRING_CHARS ? cut(text) : v);
+    } else put(args, k, cut(v));
+  }
+  const detail: Record<string, unknown> = {};
+  if (message !== null) detail.message = message;
+  detail.requested_target = requested;
+  if (args !== null) detail.args = args;
+  if (truncated) detail.truncated = true;
+  return detail;
+}
+
+/** Sets an own property, as Object.fromEntries would: a key `__proto__` (refused at the door, but never trusted here) stays data. */
+function put(o: Record<string, unknown>, key: string, value: unknown): void {
+  if (key === '__proto__') Object.defineProperty(o, key, { value, enumerable: true, writable: true, configurable: true });
+  else o[key] = value;
 }
 
 /**
