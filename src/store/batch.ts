@@ -25,6 +25,12 @@ export interface BatchConn {
   query(text: string, params: readonly (string | null)[]): Promise<Row[]>;
   /** drizzle bound to the same transaction, for the statements off the hot path (mint, revoke). */
   readonly db: Db;
+  /**
+   * Resolves once the transaction has begun (postgres.js: BEGIN answered, whether it succeeded or
+   * not: a failed BEGIN fails the batch on its own; drizzle/PGlite: at once). Nothing needs it to be
+   * correct: the writer waits on it to let a busy lane's batch fill (src/store/writer.ts).
+   */
+  begun(): Promise<void>;
 }
 
 /** What a batch body returns: its value, and the writes it sent and left for COMMIT to follow. */
@@ -162,6 +168,11 @@ function postgresRunner(client: Sql): BatchRunner {
     );
     let db: Db | undefined;
     const conn: BatchConn = {
+      begun: () =>
+        begun.then(
+          () => undefined,
+          () => undefined,
+        ),
       // The statement itself is returned (no async wrapper): postgres.js observes it, so a write
       // the database refuses is not an unhandled rejection while it waits for COMMIT. Statements
       // sent before BEGIN's answer are the batch's first (its locking reads); the writes, sent after
@@ -252,6 +263,7 @@ function drizzleRunner(db: Db): BatchRunner {
             return (Array.isArray(res) ? res : (res as { rows: Row[] }).rows) as Row[];
           },
           db: tx,
+          begun: () => Promise.resolve(),
         };
         const out = await body(conn);
         await Promise.all(out.writes);

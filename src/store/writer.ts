@@ -174,6 +174,8 @@ export class DecisionWriter {
   private retrying = 0;
   /** Decisions submitted and not yet answered. */
   private pendingCount = 0;
+  /** Units the main lane's last batch took: more than one means busy (see `lane`). */
+  private lastBatch = 0;
 
   constructor(
     db: Db,
@@ -412,8 +414,15 @@ export class DecisionWriter {
         (c) => {
           const body = (async (): Promise<BatchOutcome<void>> => {
             await myTurn;
+            // Busy (the last batch held more than one unit): take after BEGIN's round trip, by when the
+            // clients the last batch answered have asked again, so they join this batch instead of
+            // forming a cohort of their own. At 50 connections that is batches of ~47, not two
+            // cohorts of ~25, and 7-12 % less server CPU per approval (bench/RESULTS.md). Idle: take at
+            // once, so a lone decision keeps the round trip that sending BEGIN unawaited saves.
+            if (this.lastBatch > 1) await c.begun();
             try {
               take();
+              this.lastBatch = batch.length;
               if (batch.length === 0) return { value: undefined, writes: [] };
               this.options.onBatch?.(batch.length);
               const out = await this.decideAll(c, batch, 'skip');
