@@ -43,7 +43,7 @@ export const nobleSha256Bytes: Sha256Bytes = (data) => sha256(data);
 
 let sha256BytesImpl: Sha256Bytes = nobleSha256Bytes;
 
-/** As `useSha256`, for `sha256Bytes`: node:crypto's on Node, ~0.8 against ~2.6 µs a Merkle node (bench/RESULTS.md). */
+/** As `useSha256`, for `sha256Bytes`: node:crypto's on Node, ~1.7 against ~2.5 µs a Merkle node (`npm run bench:core`). */
 export function useSha256Bytes(impl: Sha256Bytes): void {
   sha256BytesImpl = impl;
 }

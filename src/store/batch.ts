@@ -253,7 +253,7 @@ function drizzleRunner(db: Db): BatchRunner {
     let committing = false;
     // PGlite answers without I/O, so a batch would otherwise run start to end in microtasks, before
     // the requests already waiting on sockets are even read: each batch would hold one decision.
-    // Postgres.js gets this wait from its BEGIN round trip.
+    // On postgres.js a busy writer gets this wait from BEGIN's round trip (BatchConn.begun).
     await new Promise((resolve) => setTimeout(resolve, 0));
     try {
       return await db.transaction(async (tx) => {
