@@ -5,10 +5,14 @@
  * time on one connection each: the bare Hono endpoint over HTTP; a prepared `SELECT 1` (a round trip
  * to PostgreSQL); one autocommit INSERT (a round trip and a commit, fsync'd under the server's
  * `synchronous_commit`), the floor of any durable decision; and BEGIN, a locking read, an INSERT and
- * COMMIT through postgres.js's `begin` (three round trips, one commit), the shape of a batch.
+ * COMMIT through postgres.js's `begin` (three round trips, one commit), the shape of a batch. Then the
+ * same transaction on ten open connections, each time on the same one and in turn on all ten (what
+ * postgres.js's pool did unpatched once a burst had opened them all), with the database backends' CPU
+ * per transaction read from /proc (Linux only).
  *
  * Needs DATABASE_URL (PostgreSQL); works in a database of its own, dropped after.
  */
+import { readFileSync } from 'node:fs';
 import { Agent } from 'node:http';
 import postgres from 'postgres';
 import { approve, percentile, privateDatabase, start, stop } from './harness.js';
@@ -29,6 +33,43 @@ async function timed(name: string, op: () => Promise<unknown>): Promise<number> 
   const at = (q: number): number => percentile(latencies, q);
   console.log(`${name.padEnd(48)} p50 ${at(0.5).toFixed(3)}  p90 ${at(0.9).toFixed(3)}  p99 ${at(0.99).toFixed(3)} ms`);
   return at(0.5);
+}
+
+/** CPU (µs) of a process, from /proc (ticks of 10 ms). */
+function cpuOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10_000;
+}
+
+/** The batch-shaped transaction on ten reserved connections: all on the first, or each on the next in turn. */
+async function rotation(url: string, body: string): Promise<void> {
+  const pool = postgres(url, { max: 10, onnotice: () => {} });
+  try {
+    const conns = await Promise.all(Array.from({ length: 10 }, () => pool.reserve()));
+    const pids = await Promise.all(conns.map(async (c) => Number((await c`SELECT pg_backend_pid() AS pid`)[0]?.pid)));
+    const backendsCpu = (): number => pids.reduce((sum, pid) => sum + cpuOf(pid), 0);
+    for (const [name, pick] of [
+      ['on one of ten connections', () => 0],
+      ['on each of ten connections in turn', (i: number) => i % 10],
+      ['on one of ten connections', () => 0],
+      ['on each of ten connections in turn', (i: number) => i % 10],
+    ] as const) {
+      let i = 0;
+      const before = backendsCpu();
+      await timed(`the same, ${name}`, async () => {
+        const c = conns[pick(i++)] as postgres.ReservedSql;
+        await c.unsafe('BEGIN');
+        await c`SELECT seq FROM floor_heads WHERE id = 1 FOR UPDATE`;
+        await c`INSERT INTO floor_rows (body) VALUES (${body}::jsonb)`;
+        await c.unsafe('COMMIT');
+      });
+      console.log(`${''.padEnd(48)} database backends' CPU ${((backendsCpu() - before) / (N + WARMUP)).toFixed(0)} µs per transaction`);
+    }
+    for (const c of conns) c.release();
+  } finally {
+    await pool.end({ timeout: 5 });
+  }
 }
 
 async function main(): Promise<void> {
@@ -56,6 +97,7 @@ async function main(): Promise<void> {
         await tx`INSERT INTO floor_rows (body) VALUES (${body}::jsonb)`;
       }),
     );
+    await rotation(db.url, body);
     agent.destroy();
     console.log(
       `floor of a durable decision over HTTP: bare p50 + one commit p50 = ${(bareP50 + commitP50).toFixed(3)} ms, ` +
