@@ -12,6 +12,11 @@
  * BENCH_SATURATE_SECONDS, also a closed-loop autocannon round at 50 connections (issue 12's item 6:
  * approvals/s at saturation and the server's CPU per approval). The last lines give each figure's
  * median over the rounds. Needs DATABASE_URL (PostgreSQL).
+ *
+ * Each round line also gives how many database backends the side's pool had open: a pool rotating
+ * over ten connections cost each transaction about twice the database CPU of one kept on a single
+ * connection (bench/RESULTS.md, "One hot connection"). BENCH_BURST=1 opens each pool in full (40 audit
+ * reads at once) before the rounds; BENCH_AB_SHARED=1 runs both servers on one database.
  */
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -43,7 +48,7 @@ interface Side {
   readonly admin: Awaited<ReturnType<typeof privateDatabase>>;
   readonly rounds: { p50: number; p90: number; server: number; postgres: number }[];
   readonly rated: { p50: number; p99: number; server: number; postgres: number }[];
-  readonly saturated: { rps: number; server: number }[];
+  readonly saturated: { rps: number; server: number; postgres: number }[];
 }
 
 /** CPU (µs) of a process, all threads. */
@@ -58,12 +63,23 @@ function cpuOf(pid: number): number {
 }
 
 async function backendsCpu(side: Side): Promise<number> {
-  const rows = await side.admin.admin<{ pid: number }[]>`SELECT pid FROM pg_stat_activity WHERE datname = ${side.database}`;
+  // A server's pool names its connections warrant-<pid>-<n> (src/node/db.ts), so two servers on one database are told apart.
+  const rows = await side.admin.admin<{ pid: number }[]>`
+    SELECT pid FROM pg_stat_activity WHERE datname = ${side.database} AND application_name LIKE ${`warrant-${side.child.pid}-%`}`;
+  backends.set(side, rows.length);
   return rows.reduce((sum, r) => sum + cpuOf(r.pid), 0);
 }
 
+/** How many database backends each side had at its last CPU reading. */
+const backends = new Map<Side, number>();
+
+/** With BENCH_AB_SHARED=1 both servers use one database (each its own tenant), so they see the same tables. */
+const SHARED = process.env.BENCH_AB_SHARED === '1';
+let shared: Awaited<ReturnType<typeof privateDatabase>> | undefined;
+
 async function startSide(name: string, dir: string): Promise<Side> {
-  const admin = await privateDatabase(databaseUrl as string, `ab_${name}`);
+  const admin = SHARED && shared !== undefined ? shared : await privateDatabase(databaseUrl as string, `ab_${name}`);
+  shared = admin;
   const db = await openDatabase({ databaseUrl: admin.url });
   await db.migrate();
   const key = (await createTenant(new Store(db.db), `ab-${name}`, new Date())).apiKey;
@@ -74,6 +90,21 @@ async function startSide(name: string, dir: string): Promise<Side> {
   child.once('exit', () => rmSync(tmp, { recursive: true, force: true }));
   const bodies = (await population(url, key, 200)).map((b) => Buffer.from(b));
   return { name, url: new URL(url), child, key, bodies, database: admin.name, admin, rounds: [], rated: [], saturated: [] };
+}
+
+/**
+ * BENCH_BURST=1: 40 audit reads at once after the warm-up, so each server's pool opens all its
+ * connections, as any burst of a live server's traffic does, before the measured rounds.
+ */
+const BURST = process.env.BENCH_BURST === '1';
+
+async function burst(side: Side): Promise<void> {
+  const reads = await Promise.all(
+    Array.from({ length: 40 }, () =>
+      fetch(new URL('/v1/audit?limit=50', side.url), { headers: { authorization: `Bearer ${side.key}` } }).then((r) => r.status),
+    ),
+  );
+  if (reads.some((s) => s !== 200)) throw new Error(`${side.name}: an audit read of the burst answered ${reads.find((s) => s !== 200)}`);
 }
 
 async function round(side: Side, count: number, record: boolean): Promise<void> {
@@ -121,9 +152,11 @@ async function ratedRound(side: Side): Promise<void> {
 
 /** Closed loop at 50 connections for `SATURATE_SECONDS`: approvals/s and the server's CPU per approval. */
 async function saturatedRound(side: Side): Promise<void> {
+  const pg0 = await backendsCpu(side);
   const f = await load({ url: side.url.origin, child: side.child }, side.key, side.bodies.map(String), { seconds: SATURATE_SECONDS, connections: 50 });
   if (f.non2xx + f.errors > 0) throw new Error(`${side.name}: ${f.non2xx} non-2xx answers and ${f.errors} errors at saturation`);
-  side.saturated.push({ rps: f.rps, server: f.cpu?.server ?? NaN });
+  const approvals = f.rps * SATURATE_SECONDS;
+  side.saturated.push({ rps: f.rps, server: f.cpu?.server ?? NaN, postgres: ((await backendsCpu(side)) - pg0) / approvals });
 }
 
 const median = (xs: number[]): number => {
@@ -136,13 +169,14 @@ async function main(): Promise<void> {
   const sides = [await startSide('this', resolve('.')), await startSide('other', resolve(OTHER))];
   try {
     for (const side of sides) await round(side, WARMUP, false);
+    if (BURST) for (const side of sides) await burst(side);
     console.log(`this = ${resolve('.')}, other = ${resolve(OTHER)}; ${ROUNDS} alternating rounds of ${PER_ROUND} sequential approvals each`);
     for (let r = 0; r < ROUNDS; r += 1) {
       for (const side of r % 2 === 0 ? sides : [...sides].reverse()) {
         await round(side, PER_ROUND, true);
         const x = side.rounds.at(-1) as Side['rounds'][number];
         console.log(
-          `round ${r + 1} ${side.name.padEnd(5)}  p50 ${x.p50.toFixed(2)}  p90 ${x.p90.toFixed(2)} ms   CPU µs/approval server ${x.server.toFixed(0)}, postgres ${x.postgres.toFixed(0)}`,
+          `round ${r + 1} ${side.name.padEnd(5)}  p50 ${x.p50.toFixed(2)}  p90 ${x.p90.toFixed(2)} ms   CPU µs/approval server ${x.server.toFixed(0)}, postgres ${x.postgres.toFixed(0)} (${backends.get(side)} backends)`,
         );
         if (RATE > 0) {
           await ratedRound(side);
@@ -154,7 +188,9 @@ async function main(): Promise<void> {
         if (SATURATE_SECONDS > 0) {
           await saturatedRound(side);
           const z = side.saturated.at(-1) as Side['saturated'][number];
-          console.log(`round ${r + 1} ${side.name.padEnd(5)}  saturated  ${z.rps.toFixed(0)} approvals/s   CPU µs/approval server ${z.server.toFixed(0)}`);
+          console.log(
+            `round ${r + 1} ${side.name.padEnd(5)}  saturated  ${z.rps.toFixed(0)} approvals/s   CPU µs/approval server ${z.server.toFixed(0)}, postgres ${z.postgres.toFixed(0)}`,
+          );
         }
       }
     }
@@ -170,8 +206,10 @@ async function main(): Promise<void> {
         );
       }
       if (SATURATE_SECONDS > 0) {
-        const s = (k: 'rps' | 'server'): number => median(side.saturated.map((x) => x[k]));
-        console.log(`median ${side.name.padEnd(5)}  saturated  ${s('rps').toFixed(0)} approvals/s   CPU µs/approval server ${s('server').toFixed(0)}`);
+        const s = (k: 'rps' | 'server' | 'postgres'): number => median(side.saturated.map((x) => x[k]));
+        console.log(
+          `median ${side.name.padEnd(5)}  saturated  ${s('rps').toFixed(0)} approvals/s   CPU µs/approval server ${s('server').toFixed(0)}, postgres ${s('postgres').toFixed(0)}`,
+        );
       }
     }
   } finally {
@@ -179,8 +217,8 @@ async function main(): Promise<void> {
       const exited = new Promise((r) => side.child.once('exit', r));
       side.child.kill('SIGTERM');
       await exited;
-      await side.admin.drop();
     }
+    for (const admin of new Set(sides.map((side) => side.admin))) await admin.drop();
   }
 }
 
