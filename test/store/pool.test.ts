@@ -2,7 +2,7 @@
  * The pool hands out the connection it got back last (postgres.js, patched: patches/postgres+3.4.9.patch).
  * Unpatched, it rotates over every open connection: once a burst has opened the whole pool, each
  * statement and each batch of a quiet server lands on a different backend, which on this machine
- * doubled the database's CPU per transaction and added ~0.4 ms to each (bench/RESULTS.md, "One hot
+ * doubled the database's CPU per transaction and added ~0.3 ms to each (bench/RESULTS.md, "One hot
  * connection"), and no connection ever stayed idle long enough to close.
  */
 import { sql } from 'drizzle-orm';
