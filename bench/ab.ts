@@ -78,8 +78,8 @@ const SHARED = process.env.BENCH_AB_SHARED === '1';
 let shared: Awaited<ReturnType<typeof privateDatabase>> | undefined;
 
 async function startSide(name: string, dir: string): Promise<Side> {
-  const admin = SHARED && shared !== undefined ? shared : await privateDatabase(databaseUrl as string, `ab_${name}`);
-  shared = admin;
+  const admin = shared ?? (await privateDatabase(databaseUrl as string, `ab_${name}`));
+  if (SHARED) shared = admin;
   const db = await openDatabase({ databaseUrl: admin.url });
   await db.migrate();
   const key = (await createTenant(new Store(db.db), `ab-${name}`, new Date())).apiKey;

@@ -417,7 +417,7 @@ export class DecisionWriter {
             // Busy (the last batch held more than one unit): take after BEGIN's round trip, by when the
             // clients the last batch answered have asked again, so they join this batch instead of
             // forming a cohort of their own. At 50 connections that is batches of ~44-48, not two
-            // cohorts of ~25, and 7-12 % less server CPU per approval (bench/RESULTS.md). Idle: take at
+            // cohorts of ~25 (bench:http, bench/RESULTS.md). Idle: take at
             // once, so a lone decision keeps the round trip that sending BEGIN unawaited saves.
             if (this.lastBatch > 1) await c.begun();
             try {
