@@ -16,14 +16,15 @@
  * Each round line also gives how many database backends the side's pool had open: a pool rotating
  * over ten connections cost each transaction about twice the database CPU of one kept on a single
  * connection (bench/RESULTS.md, "One hot connection"). BENCH_BURST=1 opens each pool in full (40 audit
- * reads at once) before the rounds; BENCH_AB_SHARED=1 runs both servers on one database.
+ * reads at once) before the rounds; BENCH_AB_SHARED=1 runs both servers on one database. BENCH_FILL=n
+ * grows each database by ~n capabilities before the rounds (harness.ts `fill`).
  */
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { approve, fixedRate, load, percentile, population, privateDatabase, start } from './harness.js';
+import { approve, fill, fixedRate, load, percentile, population, privateDatabase, start } from './harness.js';
 import { openDatabase } from '../src/node/db.js';
 import { createTenant } from '../src/service/tenants.js';
 import { Store } from '../src/store/store.js';
@@ -36,6 +37,8 @@ const RATE = Number(process.env.BENCH_RATE ?? 0);
 const RATE_SECONDS = Number(process.env.BENCH_RATE_SECONDS ?? 3);
 const databaseUrl = process.env.DATABASE_URL?.trim();
 const SATURATE_SECONDS = Number(process.env.BENCH_SATURATE_SECONDS ?? 0);
+/** BENCH_FILL=n: each database grows by ~n capabilities (copies, harness.ts `fill`) before the rounds. */
+const FILL = Number(process.env.BENCH_FILL ?? 0);
 const TICK_US = 10_000;
 
 interface Side {
@@ -168,6 +171,7 @@ async function main(): Promise<void> {
   if (OTHER === undefined || databaseUrl === undefined) throw new Error('bench:ab needs BENCH_AB_OTHER (a checkout) and DATABASE_URL');
   const sides = [await startSide('this', resolve('.')), await startSide('other', resolve(OTHER))];
   try {
+    if (FILL > 0) for (const url of new Set(sides.map((s) => s.admin.url))) await fill(url, FILL);
     for (const side of sides) await round(side, WARMUP, false);
     if (BURST) for (const side of sides) await burst(side);
     console.log(`this = ${resolve('.')}, other = ${resolve(OTHER)}; ${ROUNDS} alternating rounds of ${PER_ROUND} sequential approvals each`);

@@ -215,6 +215,32 @@ export function approve(agent: Agent, url: URL, key: string, body: Buffer, timeo
   });
 }
 
+/**
+ * `BENCH_FILL`: the database at `url` grows by about `count` capabilities, copies of those already in
+ * it under new ids (roots and children alike, each copied tree with its audit head), and its
+ * statistics are refreshed, so the tables are the size of a tenant that has run for a while. The
+ * population's own 200 trees keep the planner in the small-table regime, where a join with the
+ * batch's rows may scan a table whole (bench/RESULTS.md, "Rows found by key").
+ */
+export async function fill(url: string, count: number): Promise<void> {
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  try {
+    const [row] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM capabilities`;
+    const copies = Math.ceil(count / Math.max(1, row?.n ?? 1));
+    await sql`INSERT INTO capabilities (id, tenant_id, trajectory_id, parent_id, ancestors, depth, rights, objects, predicate, budget, max_calls, spent, calls,
+        kid, issued_at, expires_at, revoked_at, revoke_reason)
+      SELECT 'fill' || g || '_' || c.id, c.tenant_id, c.trajectory_id, 'fill' || g || '_' || c.parent_id,
+        ARRAY(SELECT 'fill' || g || '_' || a FROM unnest(c.ancestors) WITH ORDINALITY AS x(a, i) ORDER BY i), c.depth, c.rights, c.objects, c.predicate,
+        c.budget, c.max_calls, c.spent, c.calls, c.kid, c.issued_at, c.expires_at, c.revoked_at, c.revoke_reason
+      FROM capabilities AS c, generate_series(1, ${copies}) AS g`;
+    await sql`INSERT INTO audit_heads (tenant_id, tree_id, seq, hash, last_id)
+      SELECT tenant_id, 'fill' || g || '_' || tree_id, seq, hash, last_id FROM audit_heads, generate_series(1, ${copies}) AS g WHERE tree_id <> ''`;
+    await sql`ANALYZE`;
+  } finally {
+    await sql.end({ timeout: 5 });
+  }
+}
+
 /** A database of the bench's own on the server of `url`, so its statistics count only Warrant's work. */
 export async function privateDatabase(url: string, bench: string): Promise<{ url: string; name: string; admin: postgres.Sql; drop: () => Promise<void> }> {
   const admin = postgres(url, { max: 1, onnotice: () => {} });

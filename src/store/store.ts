@@ -159,13 +159,15 @@ const LOCK_CHAINS = lockChains(1, false);
 
 /**
  * The charges' new totals, from JSON records (`takeCharges`) at parameter `$n`. The CHECK constraints
- * (spent <= budget, calls <= max_calls) still guard the write. The ids again as an array the primary
- * key's index takes: joined to the recordset alone, the planner scanned the whole table while it held
- * up to some ten thousand rows (3 ms at 6,300).
+ * (spent <= budget, calls <= max_calls) still guard the write. Each row is found by its primary key
+ * (a LATERAL subquery per id) and updated by its row address, current because the batch holds the
+ * row locked since its locking statement: joined to the recordset, the planner scanned the whole
+ * table while it held up to some ten thousand rows (3 ms at 6,300; test/store/plans.test.ts).
  */
 export const writeCharges = (n: number): string => `UPDATE capabilities AS c SET spent = d.spent, calls = d.calls
-FROM jsonb_to_recordset($${n}::jsonb) AS d(id text, spent numeric, calls bigint)
-WHERE c.id = d.id AND c.id = ANY (ARRAY(SELECT r->>'id' FROM jsonb_array_elements($${n}::jsonb) AS r))`;
+FROM (SELECT x.spent, x.calls, k.row FROM jsonb_to_recordset($${n}::jsonb) AS x(id text, spent numeric, calls bigint)
+  CROSS JOIN LATERAL (SELECT ctid AS row FROM capabilities WHERE id = x.id OFFSET 0) AS k) AS d
+WHERE c.ctid = d.row`;
 
 const WRITE_CHARGES = writeCharges(1);
 

@@ -635,7 +635,9 @@ interface LockedRow {
  *
  * Every row is found by its primary key, one lookup per unit (a LATERAL subquery the planner cannot
  * turn into a join: OFFSET 0 or its own FOR UPDATE), and the heads are locked one by one in the
- * sorted order of the outer rows. As plain joins, the planner (which takes the JSON recordset for
+ * sorted order of the outer rows. A capability's tenant is compared outside its lookup: inside, the
+ * planner could take the (tenant, trajectory) index for it and read every capability of the tenant
+ * per unit (seen at 300 capabilities, bench:http). As plain joins, the planner (which takes the JSON recordset for
  * 100 rows) scanned and hashed the whole capabilities and audit_heads tables in every batch, up to
  * some ten thousand rows: 0.7 ms at 300 capabilities, 11 ms at 6,300 (bench/RESULTS.md). The
  * statement's cost no longer grows with the tenant's tables (test/store/plans.test.ts).
@@ -643,7 +645,7 @@ interface LockedRow {
 export const lockAll = (skip: boolean): string => `WITH named AS (
   SELECT u.tenant_id, u.cap, CASE WHEN u.cap IS NULL THEN '' ELSE coalesce(c.ancestors[1], c.id, '') END AS tree_id, c.id IS NOT NULL AS known
   FROM jsonb_to_recordset($1::jsonb) AS u(tenant_id text, cap text)
-  LEFT JOIN LATERAL (SELECT c.id, c.ancestors FROM capabilities c WHERE c.id = u.cap AND c.tenant_id = u.tenant_id OFFSET 0) AS c ON true
+  LEFT JOIN LATERAL (SELECT c.id, c.tenant_id, c.ancestors FROM capabilities c WHERE c.id = u.cap OFFSET 0) AS c ON c.tenant_id = u.tenant_id
 ), heads AS MATERIALIZED (
   SELECT h.* FROM (SELECT DISTINCT tenant_id, tree_id FROM named ORDER BY tenant_id, tree_id) AS n
   CROSS JOIN LATERAL (SELECT h.tenant_id, h.tree_id, h.seq::text AS seq, h.hash, h.last_id FROM audit_heads h
