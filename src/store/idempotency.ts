@@ -86,14 +86,19 @@ CROSS JOIN LATERAL (SELECT i.tenant_id, i.scope, i.key, i.state, i.owner FROM id
  * Each record found by its primary key (a LATERAL subquery per record, as in LOCK_FENCES), then
  * updated by its row address: as a join with the recordset, the planner scanned the whole table
  * while it held up to some tens of thousands of keys. The batch holds these rows locked since
- * LOCK_FENCES, so the address found is the row's current version.
+ * LOCK_FENCES, so the address found is the row's current version. A record not completed would let
+ * a repeat after the lease decide (and charge) again, so unless every record was, the statement
+ * fails and with it the batch's COMMIT (as the charges' `chargesMatched`).
  */
 export const COMPLETE_FENCES = `WITH done AS (
   SELECT x.status, x.response, i.row FROM jsonb_to_recordset($1::jsonb) AS x(tenant_id text, scope text, key text, owner text, status int, response jsonb)
   CROSS JOIN LATERAL (SELECT i.ctid AS row FROM idempotency AS i
     WHERE i.tenant_id = x.tenant_id AND i.scope = x.scope AND i.key = x.key AND i.owner = x.owner OFFSET 0) AS i
+), completed AS (
+  UPDATE idempotency AS i SET state = 'completed', status = done.status, response = done.response FROM done WHERE i.ctid = done.row RETURNING 1
 )
-UPDATE idempotency AS i SET state = 'completed', status = done.status, response = done.response FROM done WHERE i.ctid = done.row`;
+SELECT CASE WHEN count(*) = jsonb_array_length($1::jsonb) THEN true
+  ELSE ('idempotency records completed: ' || count(*) || ' of ' || jsonb_array_length($1::jsonb))::boolean END AS completed FROM completed`;
 
 const fenceKey = (f: IdemKey): string => JSON.stringify([f.tenantId, f.scope, f.key]);
 

@@ -162,14 +162,27 @@ const LOCK_CHAINS = lockChains(1, false);
  * (spent <= budget, calls <= max_calls) still guard the write. Each row is found by its primary key
  * (a LATERAL subquery per id) and updated by its row address, current because the batch holds the
  * row locked since its locking statement: joined to the recordset, the planner scanned the whole
- * table while it held up to some ten thousand rows (3 ms at 6,300; test/store/plans.test.ts).
+ * table while it held up to some ten thousand rows (3 ms at 6,300; test/store/plans.test.ts). Used
+ * as the CTE `charged`, whose rows `chargesMatched` counts.
  */
 export const writeCharges = (n: number): string => `UPDATE capabilities AS c SET spent = d.spent, calls = d.calls
 FROM (SELECT x.spent, x.calls, k.row FROM jsonb_to_recordset($${n}::jsonb) AS x(id text, spent numeric, calls bigint)
   CROSS JOIN LATERAL (SELECT ctid AS row FROM capabilities WHERE id = x.id OFFSET 0) AS k) AS d
-WHERE c.ctid = d.row`;
+WHERE c.ctid = d.row
+RETURNING 1`;
 
-const WRITE_CHARGES = writeCharges(1);
+/**
+ * True when every charge at `$n` updated its row (CTE `charged`); otherwise the statement fails, and
+ * with it the batch's COMMIT. A charge that matched no row would be a budget silently not spent: it
+ * cannot happen while the batch holds the rows it charges, and if that rule were ever broken (an
+ * update by row address finds nothing once another transaction has replaced the row) the batch
+ * must fail rather than commit its grants uncharged. The writes go out with COMMIT, unawaited, so the
+ * check has to be the database's. (A text that is not a boolean is the plain-SQL way to raise.)
+ */
+export const chargesMatched = (n: number): string =>
+  `(SELECT CASE WHEN count(*) = jsonb_array_length($${n}::jsonb) THEN true ELSE ('charges matched ' || count(*) || ' of ' || jsonb_array_length($${n}::jsonb) || ' rows')::boolean END FROM charged)`;
+
+const WRITE_CHARGES = `WITH charged AS (${writeCharges(1)}) SELECT ${chargesMatched(1)} AS matched`;
 
 /** A capability row of a locked chain, as `lockChains` reads it. */
 export interface ChainRow {

@@ -10,7 +10,7 @@ import { sealRow, type HashedRow } from './audit.js';
 import { BatchFailed, batchRunner, type BatchConn, type BatchOutcome, type BatchRunner } from './batch.js';
 import { completeFences, lockFences, type Fence, type StoredResponse } from './idempotency.js';
 import { Deadline, DEFAULT_DEADLINE_MS } from './deadline.js';
-import { decisionTx, GENESIS_HASH, lockChains, StoreUnavailable, writeCharges, type ChainRow, type Db, type DecisionTx } from './store.js';
+import { chargesMatched, decisionTx, GENESIS_HASH, lockChains, StoreUnavailable, writeCharges, type ChainRow, type Db, type DecisionTx } from './store.js';
 
 /** The audit row of a decision, without its chain fields. */
 export interface AuditDraft {
@@ -680,4 +680,5 @@ export const APPEND_AUDIT = `WITH charged AS (${writeCharges(3)}
 )
 INSERT INTO audit_heads AS h (tenant_id, tree_id, seq, hash, last_id)
 SELECT tenant_id, tree_id, seq, hash, "lastId" FROM jsonb_to_recordset($2::jsonb) AS x(tenant_id text, tree_id text, seq bigint, hash text, "lastId" text)
+WHERE ${chargesMatched(3)}
 ON CONFLICT (tenant_id, tree_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, last_id = excluded.last_id, xid = pg_current_xact_id()`;

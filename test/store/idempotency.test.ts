@@ -19,7 +19,7 @@ import {
   type IdemKey,
   type StoredResponse,
 } from '../../src/store/idempotency.js';
-import { batchRunner } from '../../src/store/batch.js';
+import { BatchFailed, batchRunner } from '../../src/store/batch.js';
 import { idempotency } from '../../src/store/schema.js';
 import { FenceLost, type DecisionUnit } from '../../src/store/writer.js';
 import { BACKENDS } from '../support/db.js';
@@ -270,10 +270,13 @@ describe.each(BACKENDS)('idempotency records on %s', (backend) => {
     await markInDoubt(h.store.db, stale);
     await release(h.store.db, stale);
     expect(await record(k)).toEqual({ state: 'in_flight', owner: 'own-2' });
-    await batchRunner(h.store.db)(async (c) => {
+    // Completing a record the batch does not own is refused in the database, and fails the whole batch
+    // (the writer completes only the fences it found it owns: this is the database's own guard).
+    const forged = batchRunner(h.store.db)(async (c) => {
       expect((await lockFences(c, [stale]))(stale)).toBe(false);
       return { value: undefined, writes: [completeFences(c, [{ fence: stale, response: { status: 500, body: { forged: true } } }])] };
     });
+    await expect(forged).rejects.toBeInstanceOf(BatchFailed);
     expect(await record(k)).toEqual({ state: 'in_flight', owner: 'own-2' });
 
     expect(await submit(chargeUnit(fresh, { status: 200, body: { n: 2 } }))).toBeNull();
