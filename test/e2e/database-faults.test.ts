@@ -200,6 +200,20 @@ async function reconcile(server: RunningServer, root: Cap, answers: readonly Ans
 /** Answers that took longer than the deadline allows (or never came). */
 const late = (answers: readonly Answer[]): Answer[] => answers.filter((a) => a.status === 'timeout' || a.ms > DEADLINE_MS + 2000);
 
+/**
+ * For the message of a failed `late` check: the requests the server logged as slower than the deadline,
+ * and its error lines. This test has failed a few times under heavy load with 16 approvals unanswered
+ * for 5 s just after the mass termination, cause not found yet: these lines tell whether
+ * the server answered them late, or never logged them at all.
+ */
+const serverSide = (server: RunningServer): string =>
+  `server log, slow or failed requests: ${JSON.stringify(
+    server
+      .logEntries()
+      .filter((e) => (typeof e.ms === 'number' && e.ms > DEADLINE_MS) || e.level === 'error')
+      .slice(-30),
+  )}`;
+
 describe.skipIf(missing !== null)('a database that falters: fail fast, recover at once (own PostgreSQL cluster)', () => {
   let cluster: Cluster;
   let url: string;
@@ -249,7 +263,7 @@ describe.skipIf(missing !== null)('a database that falters: fail fast, recover a
     await run.stop();
 
     expect(probes.filter((p) => p.status !== 503 || p.ms > READYZ_BOUND_MS)).toEqual([]);
-    expect(late(run.answers)).toEqual([]);
+    expect(late(run.answers), serverSide(server)).toEqual([]);
     expect(run.answers.some((a) => a.status === 503)).toBe(true);
     expect(resumed).toBeLessThan(3000);
     await reconcile(server, cap, run.answers);
@@ -312,7 +326,7 @@ describe.skipIf(missing !== null)('a database that falters: fail fast, recover a
     };
     resumed(restarted, terminating);
     resumed(terminated, Infinity);
-    expect(late(run.answers)).toEqual([]);
+    expect(late(run.answers), serverSide(server)).toEqual([]);
     await reconcile(server, cap, run.answers);
   }, 90_000);
 
@@ -339,7 +353,7 @@ describe.skipIf(missing !== null)('a database that falters: fail fast, recover a
     expect(probe.status).toBe(503);
     expect(probe.ms).toBeLessThan(READYZ_BOUND_MS);
     const all = [...run.answers, ...burst];
-    expect(late(all)).toEqual([]);
+    expect(late(all), serverSide(small)).toEqual([]);
     expect(burst.filter((a) => a.status !== 503)).toEqual([]);
     const metrics = (await small.call('GET', '/metrics', undefined, { key: null })).body as string;
     expect(Number(/^warrant_decisions_shed_total (\d+)/m.exec(metrics)?.[1] ?? 0)).toBeGreaterThan(0);
@@ -398,7 +412,7 @@ describe.skipIf(missing !== null)('a database that falters: fail fast, recover a
     }
     expect(exited).toBeUndefined();
     expect(resumed).toBeLessThan(3000);
-    expect(late(run.answers)).toEqual([]);
+    expect(late(run.answers), serverSide(viaNpm)).toEqual([]);
     await reconcile(viaNpm, cap, run.answers);
   }, 90_000);
 
