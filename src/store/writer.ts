@@ -635,14 +635,13 @@ interface LockedRow {
  *
  * Every row is found by its primary key, one lookup per unit (a LATERAL subquery the planner cannot
  * turn into a join: OFFSET 0 or its own FOR UPDATE), and the heads are locked one by one in the
- * sorted order of the outer rows. A capability's tenant is compared outside its lookup: inside, the
- * planner could take the (tenant, trajectory) index for it and read every capability of the tenant
- * per unit (seen at 300 capabilities, bench:http). As plain joins, the planner (which takes the JSON recordset for
- * 100 rows) scanned and hashed the whole capabilities and audit_heads tables in every batch, up to
- * some ten thousand rows: 0.7 ms at 300 capabilities, 11 ms at 6,300 (bench/RESULTS.md). The
- * statement's cost no longer grows with the tenant's tables (test/store/plans.test.ts).
+ * sorted order of the outer rows. As plain joins, the planner (which takes the JSON recordset for 100
+ * rows) scanned and hashed the whole capabilities and audit_heads tables in every batch, up to some
+ * ten thousand rows: 0.7 ms at 300 capabilities, 11 ms at 6,300 (bench/RESULTS.md). A capability's
+ * tenant is compared outside its lookup: inside it, the planner could take the (tenant, trajectory)
+ * index and read every capability of the tenant per unit. test/store/plans.test.ts holds all this.
  */
-export const lockAll = (skip: boolean): string => `WITH named AS (
+const lockAll = (skip: boolean): string => `WITH named AS (
   SELECT u.tenant_id, u.cap, CASE WHEN u.cap IS NULL THEN '' ELSE coalesce(c.ancestors[1], c.id, '') END AS tree_id, c.id IS NOT NULL AS known
   FROM jsonb_to_recordset($1::jsonb) AS u(tenant_id text, cap text)
   LEFT JOIN LATERAL (SELECT c.id, c.tenant_id, c.ancestors FROM capabilities c WHERE c.id = u.cap OFFSET 0) AS c ON c.tenant_id = u.tenant_id
@@ -666,7 +665,8 @@ export const LOCK_SKIP = lockAll(true);
  * cost more CPU than the database spent on it, and every statement of a batch costs both sides a
  * round of work (bench/RESULTS.md). A data-modifying CTE always runs to completion, referenced or not
  * (PostgreSQL docs, 7.8.4); the three touch different tables. `xid` records the transaction that
- * moved a head, for the checkpointer.
+ * moved a head, for the checkpointer. Unless every charge matched its row, the statement fails
+ * (`chargesMatched`), and the batch with it.
  */
 export const APPEND_AUDIT = `WITH charged AS (${writeCharges(3)}
 ), appended AS (
