@@ -5,7 +5,7 @@
  * it. The test can kill it, stall it (SIGSTOP/SIGCONT on every process of the cluster), restart it,
  * make it read-only and terminate its client connections. It never touches any other server.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -61,8 +61,8 @@ export interface Cluster {
   url(name: string): string;
   createDatabase(name: string): Promise<string>;
   /** Immediate shutdown (every backend ends at once, as on a crash); `start` brings it back. */
-  kill(): void;
-  start(): void;
+  kill(): Promise<void>;
+  start(): Promise<void>;
   /** SIGSTOP every process of the cluster: connections stay open and nothing answers. */
   stall(): void;
   resume(): void;
@@ -88,12 +88,30 @@ export async function startCluster(): Promise<Cluster> {
     const r = asRoot ? spawnSync('runuser', ['-u', 'nobody', '--', cmd, ...args], { encoding: 'utf8' }) : spawnSync(cmd, args, { encoding: 'utf8' });
     if (r.status !== 0) throw new Error(`${tool} ${args.join(' ')} failed (${r.status}): ${r.stderr}${r.stdout}`);
   };
+  /**
+   * `run` without blocking: the tests kill and start the cluster while their own load generator runs in
+   * this process, and a synchronous pg_ctl (start waits out crash recovery) froze that generator. Its
+   * requests then went unsent until after their 5 s client timeout, and the test counted them as
+   * answers the server never gave (database-faults "restart and mass termination", which failed so).
+   */
+  const runAsync = (tool: string, args: string[]): Promise<void> =>
+    new Promise((resolve, reject) => {
+      const cmd = join(bins.dir, tool);
+      const child = asRoot
+        ? spawn('runuser', ['-u', 'nobody', '--', cmd, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+        : spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      child.on('error', reject);
+      child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`${tool} ${args.join(' ')} failed (${code}): ${out}`))));
+    });
   run('initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '--no-sync', '-E', 'UTF8']);
   // A disposable cluster: no fsync (an immediate shutdown is no machine crash, the OS keeps what was
   // written), but synchronous commit stays on, so a commit acknowledged is never lost by `kill()`.
   const options = `-p ${port} -k ${root} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=100`;
-  const start = (): void => run('pg_ctl', ['-D', data, '-l', join(root, 'log'), '-o', options, '-w', '-t', '60', 'start']);
-  start();
+  const start = (): Promise<void> => runAsync('pg_ctl', ['-D', data, '-l', join(root, 'log'), '-o', options, '-w', '-t', '60', 'start']);
+  await start();
   const base = `postgres://postgres@127.0.0.1:${port}`;
   const admin = (): ReturnType<typeof postgres> => postgres(`${base}/postgres`, { max: 1, onnotice: () => {}, connect_timeout: 5 });
 
@@ -126,7 +144,7 @@ export async function startCluster(): Promise<Cluster> {
       }
       return `${base}/${name}`;
     },
-    kill: () => run('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']),
+    kill: () => runAsync('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']),
     start,
     stall() {
       stopped = processes();
