@@ -39,10 +39,11 @@ function offKey(node: PlanNode): string[] {
   const index = node['Index Name'];
   const own: string[] = [];
   if (type === 'Seq Scan' && rel !== undefined && GROWING.includes(rel)) own.push(`Seq Scan on ${rel}`);
-  if (index !== undefined && !/_(pkey|pk)$/.test(index) && GROWING.some((t) => index.startsWith(`${t}_`))) own.push(`${rel ?? '?'} by ${index}`);
-  // A primary key read from end to end is a full scan too.
-  if (index !== undefined && node['Index Cond'] === undefined && GROWING.some((t) => index.startsWith(`${t}_`)))
-    own.push(`${rel ?? '?'} by ${index}, all of it`);
+  if (index !== undefined && GROWING.some((t) => index.startsWith(`${t}_`))) {
+    if (!/_(pkey|pk)$/.test(index)) own.push(`${rel ?? '?'} by ${index}`);
+    // A primary key read from end to end is a full scan too.
+    if (node['Index Cond'] === undefined) own.push(`${rel ?? '?'} by ${index}, all of it`);
+  }
   return [...own, ...(node.Plans ?? []).flatMap(offKey)];
 }
 

@@ -83,9 +83,13 @@ export async function startCluster(): Promise<Cluster> {
   if (asRoot) chownSync(root, NOBODY, NOBODY);
   const data = join(root, 'data');
   const port = await freePort();
-  const run = (tool: string, args: string[]): void => {
+  /** The command line of a server tool, run as nobody when this runs as root. */
+  const argv = (tool: string, args: string[]): [string, string[]] => {
     const cmd = join(bins.dir, tool);
-    const r = asRoot ? spawnSync('runuser', ['-u', 'nobody', '--', cmd, ...args], { encoding: 'utf8' }) : spawnSync(cmd, args, { encoding: 'utf8' });
+    return asRoot ? ['runuser', ['-u', 'nobody', '--', cmd, ...args]] : [cmd, args];
+  };
+  const run = (tool: string, args: string[]): void => {
+    const r = spawnSync(...argv(tool, args), { encoding: 'utf8' });
     if (r.status !== 0) throw new Error(`${tool} ${args.join(' ')} failed (${r.status}): ${r.stderr}${r.stdout}`);
   };
   /**
@@ -96,10 +100,7 @@ export async function startCluster(): Promise<Cluster> {
    */
   const runAsync = (tool: string, args: string[]): Promise<void> =>
     new Promise((resolve, reject) => {
-      const cmd = join(bins.dir, tool);
-      const child = asRoot
-        ? spawn('runuser', ['-u', 'nobody', '--', cmd, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
-        : spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(...argv(tool, args), { stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       child.stdout.on('data', (d: Buffer) => (out += d.toString()));
       child.stderr.on('data', (d: Buffer) => (out += d.toString()));
