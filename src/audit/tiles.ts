@@ -93,6 +93,35 @@ export function appendLeaves(rightEdge: ReadonlyMap<number, Tile>, oldSize: numb
   return changed;
 }
 
+/**
+ * {@link appendLeaves} a slice of at most `slice` leaves at a time, awaiting `pause()` after each
+ * slice: the same tiles (each once, in its final state, by level then index) without hashing a large
+ * append in one go. The checkpointer runs on the thread that serves decisions; ten thousand leaves
+ * appended at once held it for ~100 ms (bench/RESULTS.md). `rightEdge` is not modified.
+ */
+export async function appendLeavesInSlices(
+  rightEdge: ReadonlyMap<number, Tile>,
+  oldSize: number,
+  newLeafHashes: readonly Uint8Array[],
+  slice: number,
+  pause: () => Promise<void>,
+): Promise<Tile[]> {
+  if (!Number.isSafeInteger(slice) || slice < 1) throw new MerkleError('out_of_range', 'a slice must hold at least one leaf');
+  const edge = new Map(rightEdge);
+  const changed = new Map<string, Tile>();
+  for (let from = 0, size = oldSize; from < newLeafHashes.length; from += slice) {
+    const leaves = newLeafHashes.slice(from, from + slice);
+    // The last tile returned at a level is that level's last tile now; levels not reached keep theirs.
+    for (const t of appendLeaves(edge, size, leaves)) {
+      changed.set(`${t.level}/${t.index}`, t);
+      edge.set(t.level, t);
+    }
+    size += leaves.length;
+    await pause();
+  }
+  return [...changed.values()].sort((a, b) => a.level - b.level || a.index - b.index);
+}
+
 /** The hashes of a level's partial last tile, checked against what a tree of `count` nodes there has. */
 function edgeHashes(tile: Tile | undefined, level: number, count: number): Uint8Array[] {
   const width = count % TILE_WIDTH;

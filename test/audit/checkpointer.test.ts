@@ -6,7 +6,7 @@
  */
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { AuditIntegrityError, checkpointTenant } from '../../src/audit/checkpointer.js';
+import { AuditIntegrityError, checkpointTenant, latestCheckpoint, SLICE } from '../../src/audit/checkpointer.js';
 import type { CheckpointLine } from '../../src/audit/checkpoint.js';
 import { publishCheckpoints, type CheckpointSink } from '../../src/audit/publish.js';
 import { Checkpointer } from '../../src/audit/service.js';
@@ -91,6 +91,35 @@ describe.each(BACKENDS)('the checkpointer on %s', (backend) => {
     await h.checkpoint();
     // Checkpoint numbers are 1, 2, 3, … with none made twice, whichever checkpointer made them.
     expect(new Set(made).size).toBe(made.length);
+    await expectEveryRowOneLeaf();
+    expect((await h.call('GET', '/v1/audit/verify')).body).toMatchObject({ ok: true, uncovered: 0 });
+  });
+
+  test('a large checkpoint pauses between slices of its hashing, and covers every row once', async () => {
+    await h.checkpoint();
+    const before = (await latestCheckpoint(h.database.db, h.tenantIds.a))?.size ?? 0;
+    const tokens = await Promise.all(Array.from({ length: 10 }, (_, i) => mint(`slices-${i}`)));
+    // More than two slices of new rows: 10 trees of 60 approvals (and their mints).
+    for (let round = 0; round < 6; round++) {
+      const replies = await Promise.all(tokens.flatMap((t, i) => Array.from({ length: 10 }, (_, j) => approve(t, round * 100 + i * 10 + j))));
+      expect(replies.every((r) => r.status === 200)).toBe(true);
+    }
+    let pauses = 0;
+    const made = await checkpointTenant(
+      {
+        db: h.database.db,
+        keys: h.auditKeys,
+        now: h.clock.now,
+        pause: async () => {
+          pauses++;
+        },
+      },
+      h.tenantIds.a,
+    );
+    const added = (made?.payload.size ?? 0) - before;
+    expect(added).toBe(610); // 10 mints, 600 approvals
+    // After each full slice of leaves hashed, and after each slice appended to the tiles.
+    expect(pauses).toBe(Math.floor(added / SLICE) + Math.ceil(added / SLICE));
     await expectEveryRowOneLeaf();
     expect((await h.call('GET', '/v1/audit/verify')).body).toMatchObject({ ok: true, uncovered: 0 });
   });

@@ -9,7 +9,7 @@ import { bytesToHex } from '@noble/hashes/utils.js';
 import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
 import { MerkleError, consistencyProof, inclusionProof, memoryReader, rootOf, verifyConsistency, verifyInclusion } from '../../src/audit/merkle.js';
-import { TILE_WIDTH, type Tile, type TileRef, appendLeaves, rightEdgeOf, tileReader, tilesFor } from '../../src/audit/tiles.js';
+import { TILE_WIDTH, type Tile, type TileRef, appendLeaves, appendLeavesInSlices, rightEdgeOf, tileReader, tilesFor } from '../../src/audit/tiles.js';
 
 const sha = (...parts: Uint8Array[]): Uint8Array => {
   const h = createHash('sha256');
@@ -157,6 +157,28 @@ describe('appendLeaves', () => {
         expect([...chunked.tiles].map(([k, v]) => `${k}:${v.length / 32}`).sort()).toEqual(expected.map((r) => `${key(r.level, r.index)}:${r.width}`).sort());
       }),
     );
+  });
+
+  test('in slices: the same tiles as one append, a pause after each slice, the right edge given untouched', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 0, max: 700 }), fc.integer({ min: 0, max: 900 }), fc.integer({ min: 1, max: 300 }), async (old, added, slice) => {
+        const leaves = leafHashes(0, old + added);
+        const store = storeOf(leaves.slice(0, old));
+        const edge = new Map(
+          rightEdgeOf(old).map((r): [number, Tile] => [r.level, { level: r.level, index: r.index, hashes: store.tiles.get(key(r.level, r.index))! }]),
+        );
+        const before = [...edge.entries()];
+        let pauses = 0;
+        const sliced = await appendLeavesInSlices(edge, old, leaves.slice(old), slice, async () => {
+          pauses++;
+        });
+        expect(sliced).toEqual(appendLeaves(edge, old, leaves.slice(old)));
+        expect(pauses).toBe(Math.ceil(added / slice));
+        expect([...edge.entries()]).toEqual(before);
+      }),
+      { numRuns: 60 },
+    );
+    await expect(appendLeavesInSlices(new Map(), 0, leafHashes(0, 3), 0, async () => {})).rejects.toThrow(MerkleError);
   });
 
   test('is pure: the right edge given is not modified, and the tiles returned share no memory with it', () => {
