@@ -84,6 +84,16 @@ interface ChangedTree {
   readonly hi: number;
 }
 
+/**
+ * The last seq a checkpoint covers of each tree named in `ids` (a JSON array; null when none): the
+ * last range of each tree by its index, one lookup per tree. As a semi-join, the planner read every
+ * range of the tenant in each round (38,000 rows: 9 ms), and ranges grow by one per changed tree per
+ * checkpoint. test/store/plans.test.ts holds this.
+ */
+export const coveredSeqs = (tenantId: string, ids: string): SQL =>
+  sql`SELECT t.tree_id, (SELECT r.to_seq FROM audit_ranges r WHERE r.tenant_id = ${tenantId} AND r.tree_id = t.tree_id ORDER BY r.to_seq DESC LIMIT 1)::text AS hi
+      FROM jsonb_array_elements_text(${ids}::jsonb) AS t(tree_id)`;
+
 /** The trees whose heads moved since `snapshot` (all trees with rows when there is none), with their covered seq. */
 async function changedTrees(tx: Pick<Db, 'execute'>, tenantId: string, snapshot: string | null): Promise<ChangedTree[]> {
   // After a dump and restore (or logical replication) into another cluster, transaction ids start
@@ -99,12 +109,8 @@ async function changedTrees(tx: Pick<Db, 'execute'>, tenantId: string, snapshot:
   );
   if (heads.length === 0) return [];
   const ids = JSON.stringify(heads.map((h) => h.tree_id));
-  const covered = await query(
-    tx,
-    sql`SELECT tree_id, max(to_seq)::text AS hi FROM audit_ranges
-        WHERE tenant_id = ${tenantId} AND tree_id IN (SELECT jsonb_array_elements_text(${ids}::jsonb)) GROUP BY tree_id`,
-  );
-  const done = new Map(covered.map((c) => [String(c.tree_id), Number(c.hi)]));
+  const covered = await query(tx, coveredSeqs(tenantId, ids));
+  const done = new Map(covered.filter((c) => c.hi !== null).map((c) => [String(c.tree_id), Number(c.hi)]));
   return (
     heads
       .map((h) => ({ tree_id: String(h.tree_id), lo: done.get(String(h.tree_id)) ?? 0, hi: Number(h.seq) }))
@@ -125,7 +131,11 @@ async function newLeaves(tx: Pick<Db, 'execute'>, tenantId: string, trees: reado
     sql`SELECT a.tree_id, a.seq::text AS seq, a.hash FROM jsonb_to_recordset(${JSON.stringify(trees)}::jsonb) AS r(tree_id text, lo bigint, hi bigint)
         JOIN audit a ON a.tenant_id = ${tenantId} AND a.tree_id = r.tree_id AND a.seq > r.lo AND a.seq <= r.hi`,
   );
-  // A slot per new row of each tree (seq lo + 1 … hi), each filled once.
+  // A slot per new row of each tree (seq lo + 1 … hi), each filled once. A tree whose head claims
+  // more rows than were read lacks some: refused before any slot is made for them.
+  for (const t of trees) {
+    if (t.hi - t.lo > rows.length) throw new AuditIntegrityError(`audit rows of tree '${t.tree_id}' after seq ${t.lo} are missing`);
+  }
   const slots = new Map(trees.map((t) => [t.tree_id, { lo: t.lo, hashes: new Array<string | undefined>(t.hi - t.lo) }]));
   for (let n = 0; n < rows.length; n++) {
     const r = rows[n] as Row;
@@ -167,8 +177,12 @@ export interface CheckpointOptions {
   readonly keys: KeyRing;
   readonly now: () => Date;
   /**
-   * Awaited after hashing each SLICE of new leaves (default: the next macrotask), so that the
-   * requests and decisions queued on this thread are served in between (see SLICE).
+   * Awaited after each SLICE of new leaves matched, hashed or appended, so that the requests queued
+   * on this thread are served in between (default: `pauseEvery(PAUSE_AFTER_MS)`). It runs inside
+   * the checkpoint's transaction and must not wait for the database: on PGlite, whose transaction
+   * holds the one connection, that would never resolve. On PGlite a pause lets only work that needs
+   * no database through (the checkpoint's transaction holds it), so main.ts passes one that never
+   * yields there.
    */
   readonly pause?: () => Promise<void>;
 }
@@ -178,7 +192,7 @@ export interface CheckpointOptions {
  * checkpoint of the ~10,000 rows ten seconds bring at 1,000 approvals/s held it for ~110 ms in one
  * piece (35 ms hashing the leaves, 75 ms the tiles), and every request that arrived meanwhile waited
  * for it: the p99 at that rate (bench/RESULTS.md "The checkpointer in slices"). A slice of 256 takes
- * ~2–3 ms.
+ * ~1–3 ms; the default pause yields once PAUSE_AFTER_MS of them have run.
  */
 export const SLICE = TILE_WIDTH;
 
@@ -187,10 +201,33 @@ const TILES_PER_STATEMENT = 16;
 
 /**
  * Resolves on a later turn of the event loop, after the I/O that has arrived (requests, database
- * answers) has been handled: setImmediate where there is one (Node), else a 0 ms timer (Workers).
+ * answers) has been handled: setImmediate where there is one (Node), else a 0 ms timer.
  */
 export const nextTask: () => Promise<void> =
   typeof setImmediate === 'function' ? () => new Promise((resolve) => setImmediate(resolve)) : () => new Promise((resolve) => setTimeout(resolve, 0));
+
+/** How much work the default pause lets run between two turns of the event loop. */
+export const PAUSE_AFTER_MS = 4;
+
+/**
+ * A pause that yields to the event loop (`nextTask`) once `ms` of work has passed since it last did,
+ * and otherwise returns at once: few turns, each of which may wait behind a busy loop's I/O.
+ */
+export function pauseEvery(ms: number): () => Promise<void> {
+  let since = performance.now();
+  return async () => {
+    if (performance.now() - since < ms) return;
+    await nextTask();
+    since = performance.now();
+  };
+}
+
+/**
+ * The checkpoint transaction's own limit on idling between statements (ms), above the connection's
+ * (5 s by default, issue 13): it idles while it hashes and pauses, and on a saturated server a
+ * large checkpoint's pauses add up. It still ends if this process stops answering altogether.
+ */
+const CHECKPOINT_IDLE_MS = 60_000;
 
 /**
  * Makes the tenant's next checkpoint if rows were committed since its last one; null when there is
@@ -219,7 +256,10 @@ function isUniqueViolation(e: unknown): boolean {
 async function makeCheckpoint(o: CheckpointOptions, tenantId: string): Promise<MadeCheckpoint | null> {
   return o.db.transaction(
     async (tx) => {
-      const [lock] = await query(tx, sql`SELECT pg_try_advisory_xact_lock(${LOCK_SPACE}, hashtext(${tenantId})) AS ok`);
+      const [lock] = await query(
+        tx,
+        sql`SELECT pg_try_advisory_xact_lock(${LOCK_SPACE}, hashtext(${tenantId})) AS ok, set_config('idle_in_transaction_session_timeout', ${String(CHECKPOINT_IDLE_MS)}, true)`,
+      );
       if (lock?.ok !== true) return null;
       const [snap] = await query(tx, sql`SELECT pg_current_snapshot()::text AS s`);
       const last = await latest(tx, tenantId);
@@ -232,7 +272,7 @@ async function makeCheckpoint(o: CheckpointOptions, tenantId: string): Promise<M
       const signed = prev?.ok === true ? prev.payload : null;
       const trees = await changedTrees(tx, tenantId, last?.snapshot ?? null);
       if (trees.length === 0) return null;
-      const pause = o.pause ?? nextTask;
+      const pause = o.pause ?? pauseEvery(PAUSE_AFTER_MS);
       const leaves = await newLeaves(tx, tenantId, trees, pause);
       const oldSize = signed?.size ?? 0;
       const size = oldSize + leaves.length;

@@ -16,6 +16,8 @@ export interface CheckpointerOptions {
   readonly sink: CheckpointSink | null;
   readonly tenants: () => Promise<readonly string[]>;
   readonly log: (entry: Record<string, unknown>) => void;
+  /** See CheckpointOptions.pause. */
+  readonly pause?: () => Promise<void>;
 }
 
 export class Checkpointer {
@@ -73,7 +75,7 @@ export class Checkpointer {
       // Catch up first: a checkpoint committed by another instance, or before a crash, is published
       // (and the database's history checked against the sink) before a new one extends it.
       if (sink !== null) await publishCheckpoints(db, sink, keys.verifyKeys, tenantId);
-      const made = await checkpointTenant({ db, keys, now: this.o.now }, tenantId);
+      const made = await checkpointTenant({ db, keys, now: this.o.now, ...(this.o.pause === undefined ? {} : { pause: this.o.pause }) }, tenantId);
       if (made === null) return true;
       if (sink !== null) await publishCheckpoints(db, sink, keys.verifyKeys, tenantId);
       this.o.log({ msg: 'audit checkpoint', tenant_id: tenantId, n: made.payload.n, size: made.payload.size, root: made.payload.root });

@@ -110,6 +110,9 @@ async function main(): Promise<void> {
     sink: new FileSink(config.checkpointDir),
     tenants: async () => (await store.listTenants()).map((t) => t.id),
     log,
+    // PGlite runs on this thread and its transaction holds it: a pause would let requests in only to
+    // wait for the checkpoint's commit, and make the checkpoint longer.
+    ...(database.kind === 'pglite' ? { pause: async () => {} } : {}),
   });
   if (config.checkpointIntervalS > 0) checkpointer.start(config.checkpointIntervalS * 1000);
   log({ msg: 'audit checkpoints', every_s: config.checkpointIntervalS, sink: config.checkpointDir, audit_kid: auditKeys.activeKid });

@@ -207,6 +207,43 @@ describe.each(BACKENDS)('the checkpointer, against a tampered or unusual databas
     }
   });
 
+  test('a checkpointer refuses rows missing, a hash malformed or a head claiming rows that are not there, and signs once they are put back', async () => {
+    const token = await mint('gaps');
+    for (let i = 0; i < 3; i++) expect((await approve(token, i)).status).toBe(200);
+    const [head] = await exec(sql`SELECT h.tree_id, h.seq::int AS seq FROM audit_heads h JOIN capabilities c ON c.id = h.tree_id
+        WHERE h.tenant_id = ${h.tenantIds.a} AND c.trajectory_id = 'gaps'`);
+    const tree = String(head?.tree_id);
+    const seq = Number(head?.seq);
+    const [row] = await exec(sql`SELECT hash FROM audit WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${tree} AND seq = 2`);
+    const signed = async (): Promise<number> =>
+      Number((await exec(sql`SELECT count(*)::int AS n FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a}`))[0]?.n);
+    const before = await signed();
+    const refused = async (tamper: ReturnType<typeof sql>, restore: ReturnType<typeof sql>): Promise<void> => {
+      await exec(tamper);
+      try {
+        await expect(h.checkpoint()).rejects.toBeInstanceOf(AuditIntegrityError);
+      } finally {
+        await exec(restore);
+      }
+    };
+    // A head one row ahead of the rows (the last row deleted), far ahead (no slots are made for it), a hash not 32 bytes.
+    await refused(
+      sql`UPDATE audit_heads SET seq = ${seq + 1} WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${tree}`,
+      sql`UPDATE audit_heads SET seq = ${seq} WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${tree}`,
+    );
+    await refused(
+      sql`UPDATE audit_heads SET seq = ${2 ** 33} WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${tree}`,
+      sql`UPDATE audit_heads SET seq = ${seq} WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${tree}`,
+    );
+    await refused(
+      sql`UPDATE audit SET hash = 'zz' WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${tree} AND seq = 2`,
+      sql`UPDATE audit SET hash = ${String(row?.hash)} WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${tree} AND seq = 2`,
+    );
+    expect(await signed()).toBe(before);
+    expect(await h.checkpoint()).not.toBeNull();
+    expect(await signed()).toBe(before + 1);
+  });
+
   test('a checkpointer signs only over a tree that extends the last signed checkpoint, whatever the stored columns say', async () => {
     const token = await mint('fork');
     await approve(token, 1);

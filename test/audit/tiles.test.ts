@@ -181,6 +181,17 @@ describe('appendLeaves', () => {
     await expect(appendLeavesInSlices(new Map(), 0, leafHashes(0, 3), 0, async () => {})).rejects.toThrow(MerkleError);
   });
 
+  test('in slices, across the second tile level: 100 leaves after 65,500 in slices of 37', async () => {
+    const leaves = leafHashes(0, 65_600);
+    const store = storeOf(leaves.slice(0, 65_500));
+    const edge = new Map(
+      rightEdgeOf(65_500).map((r): [number, Tile] => [r.level, { level: r.level, index: r.index, hashes: store.tiles.get(key(r.level, r.index))! }]),
+    );
+    const sliced = await appendLeavesInSlices(edge, 65_500, leaves.slice(65_500), 37, async () => {});
+    expect(sliced).toEqual(appendLeaves(edge, 65_500, leaves.slice(65_500)));
+    expect(sliced.some((t) => t.level === 2)).toBe(true);
+  });
+
   test('is pure: the right edge given is not modified, and the tiles returned share no memory with it', () => {
     const leaves = leafHashes(0, 300);
     const store = storeOf(leaves.slice(0, 200));
