@@ -6,8 +6,9 @@
  * times `checkpointTenant` while a 1 ms interval timer records how late it fires: the longest gap is
  * the longest the event loop was held, which every request arriving meanwhile waits for.
  *
- * Two modes, alternated: `in slices`, as the server runs it (a pause for the next macrotask after each
- * SLICE leaves hashed and appended), and `in one piece`, the same code with a pause that only awaits
+ * Two modes, alternated: `in slices`, as the server runs it on PostgreSQL (after each SLICE of leaves
+ * matched, hashed or appended, a turn of the event loop once 4 ms of work have passed since the last),
+ * and `in one piece`, the same code with a pause that only awaits
  * a resolved promise (never lets a timer or a socket in), which is what a checkpoint was before.
  *
  * With DATABASE_URL, on a database of its own on that server (dropped after): the gaps are Node's work
