@@ -10,7 +10,7 @@
  */
 import { and, eq, lt, or } from 'drizzle-orm';
 import type { BatchConn } from './batch.js';
-import type { Db } from './store.js';
+import { everyRecordMatched, type Db } from './store.js';
 import { idempotency } from './schema.js';
 
 /** How long a claim is left to its owner before a repeat may take it over. */
@@ -88,7 +88,7 @@ CROSS JOIN LATERAL (SELECT i.tenant_id, i.scope, i.key, i.state, i.owner FROM id
  * while it held up to some tens of thousands of keys. The batch holds these rows locked since
  * LOCK_FENCES, so the address found is the row's current version. A record not completed would let
  * a repeat after the lease decide (and charge) again, so unless every record was, the statement
- * fails and with it the batch's COMMIT (as the charges' `chargesMatched`).
+ * fails and with it the batch's COMMIT (`everyRecordMatched`, as for the charges).
  */
 export const COMPLETE_FENCES = `WITH done AS (
   SELECT x.status, x.response, i.row FROM jsonb_to_recordset($1::jsonb) AS x(tenant_id text, scope text, key text, owner text, status int, response jsonb)
@@ -97,8 +97,7 @@ export const COMPLETE_FENCES = `WITH done AS (
 ), completed AS (
   UPDATE idempotency AS i SET state = 'completed', status = done.status, response = done.response FROM done WHERE i.ctid = done.row RETURNING 1
 )
-SELECT CASE WHEN count(*) = jsonb_array_length($1::jsonb) THEN true
-  ELSE ('idempotency records completed: ' || count(*) || ' of ' || jsonb_array_length($1::jsonb))::boolean END AS completed FROM completed`;
+SELECT ${everyRecordMatched('completed', 1, 'idempotency records completed')} AS completed`;
 
 const fenceKey = (f: IdemKey): string => JSON.stringify([f.tenantId, f.scope, f.key]);
 

@@ -172,15 +172,21 @@ WHERE c.ctid = d.row
 RETURNING 1`;
 
 /**
+ * True when the CTE `cte` returned a row for every record of the JSON array at `$n`; otherwise the
+ * statement fails (a text that is not a boolean is the plain-SQL way to raise), naming `what`. The
+ * batch's writes go out with COMMIT, unawaited, so such a check has to be the database's.
+ */
+export const everyRecordMatched = (cte: string, n: number, what: string): string =>
+  `(SELECT CASE WHEN count(*) = jsonb_array_length($${n}::jsonb) THEN true ELSE ('${what}: ' || count(*) || ' of ' || jsonb_array_length($${n}::jsonb))::boolean END FROM ${cte})`;
+
+/**
  * True when every charge at `$n` updated its row (CTE `charged`); otherwise the statement fails, and
  * with it the batch's COMMIT. A charge that matched no row would be a budget silently not spent: it
  * cannot happen while the batch holds the rows it charges, and if that rule were ever broken (an
  * update by row address finds nothing once another transaction has replaced the row) the batch
- * must fail rather than commit its grants uncharged. The writes go out with COMMIT, unawaited, so the
- * check has to be the database's. (A text that is not a boolean is the plain-SQL way to raise.)
+ * must fail rather than commit its grants uncharged.
  */
-export const chargesMatched = (n: number): string =>
-  `(SELECT CASE WHEN count(*) = jsonb_array_length($${n}::jsonb) THEN true ELSE ('charges matched ' || count(*) || ' of ' || jsonb_array_length($${n}::jsonb) || ' rows')::boolean END FROM charged)`;
+export const chargesMatched = (n: number): string => everyRecordMatched('charged', n, 'charges matched');
 
 const WRITE_CHARGES = `WITH charged AS (${writeCharges(1)}) SELECT ${chargesMatched(1)} AS matched`;
 
