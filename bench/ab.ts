@@ -17,7 +17,9 @@
  * over ten connections cost each transaction about twice the database CPU of one kept on a single
  * connection (bench/RESULTS.md, "One hot connection"). BENCH_BURST=1 opens each pool in full (40 audit
  * reads at once) before the rounds; BENCH_AB_SHARED=1 runs both servers on one database. BENCH_FILL=n
- * grows each database by ~n capabilities before the rounds (harness.ts `fill`).
+ * grows each database by ~n capabilities before the rounds (harness.ts `fill`). BENCH_ROOTS (default
+ * 200) sets how many delegation trees the approvals spread over: with 2, one at a time, each approval
+ * finds the rows it locks just written by the one before (one busy trajectory's calls).
  */
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -31,6 +33,7 @@ import { Store } from '../src/store/store.js';
 
 const OTHER = process.env.BENCH_AB_OTHER?.trim();
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6);
+const ROOTS = Number(process.env.BENCH_ROOTS ?? 200);
 const PER_ROUND = Number(process.env.BENCH_SEQUENTIAL ?? 1500);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 1000);
 const RATE = Number(process.env.BENCH_RATE ?? 0);
@@ -91,7 +94,7 @@ async function startSide(name: string, dir: string): Promise<Side> {
   const server = await start('src/node/main.ts', { DATABASE_URL: admin.url, WARRANT_DATA_DIR: join(tmp, 'data'), WARRANT_KEYS_DIR: join(tmp, 'keys') }, dir);
   const { child, url } = server;
   child.once('exit', () => rmSync(tmp, { recursive: true, force: true }));
-  const bodies = (await population(url, key, 200)).map((b) => Buffer.from(b));
+  const bodies = (await population(url, key, ROOTS)).map((b) => Buffer.from(b));
   return { name, url: new URL(url), child, key, bodies, database: admin.name, admin, rounds: [], rated: [], saturated: [] };
 }
 

@@ -8,7 +8,15 @@
  * COMMIT through postgres.js's `begin` (three round trips, one commit), the shape of a batch. Then the
  * same transaction on ten open connections, each time on the same one and in turn on all ten (what
  * postgres.js's pool did unpatched once a burst had opened them all), with the database backends' CPU
- * per transaction read from /proc (Linux only).
+ * per transaction read from /proc (Linux only). Last, shapes of a decision's transaction on one
+ * reserved connection, alternated twice, with this process's CPU and the backend's per transaction,
+ * all writing the same statement (a head's update and an INSERT): the writer's today (src/store/batch.ts:
+ * BEGIN unawaited with a read FOR UPDATE, then the write with COMMIT behind it unawaited); the same with
+ * the read FOR NO KEY UPDATE, under a transaction-scoped advisory lock, or with no lock at all; and an
+ * optimistic one (the read outside a transaction, then the write as one autocommit statement that
+ * applies only if the head is still as read: one message and one answer fewer). One row takes every
+ * transaction, as one busy trajectory's calls would; bench/RESULTS.md says what these showed and what
+ * the same change did in the writer itself.
  *
  * Needs DATABASE_URL (PostgreSQL); works in a database of its own, dropped after.
  */
@@ -72,6 +80,79 @@ async function rotation(url: string, body: string): Promise<void> {
   }
 }
 
+/** The writer's transaction against an optimistic one (see the top of this file), alternated. */
+async function shapes(url: string, body: string): Promise<void> {
+  const pool = postgres(url, { max: 1, onnotice: () => {} });
+  try {
+    const c = await pool.reserve();
+    const pid = Number((await c`SELECT pg_backend_pid() AS pid`)[0]?.pid);
+    const write = 'WITH h AS (UPDATE floor_heads SET seq = seq + 1 WHERE id = 1 RETURNING seq) INSERT INTO floor_rows (body) SELECT $1::jsonb FROM h';
+    const checked =
+      'WITH h AS (UPDATE floor_heads SET seq = seq + 1 WHERE id = 1 AND seq = $2 RETURNING seq) INSERT INTO floor_rows (body) SELECT $1::jsonb FROM h';
+    const locking = async (): Promise<void> => {
+      const begin = c.unsafe('BEGIN');
+      const [head] = await c.unsafe('SELECT seq FROM floor_heads WHERE id = 1 FOR UPDATE', [], { prepare: true });
+      if (head === undefined) throw new Error('no head');
+      const w = c.unsafe(write, [body], { prepare: true });
+      const commit = c.unsafe('COMMIT');
+      await Promise.all([begin, w, commit]);
+    };
+    /** The same with the head's lock taken as a transaction-scoped advisory lock, the row read plainly. */
+    const advisory = async (): Promise<void> => {
+      const begin = c.unsafe('BEGIN');
+      const [head] = await c.unsafe('SELECT seq FROM floor_heads, pg_advisory_xact_lock(1) WHERE id = 1', [], { prepare: true });
+      if (head === undefined) throw new Error('no head');
+      const w = c.unsafe(write, [body], { prepare: true });
+      const commit = c.unsafe('COMMIT');
+      await Promise.all([begin, w, commit]);
+    };
+    /** The same with the row locked FOR NO KEY UPDATE (the lock an UPDATE of non-key columns takes). */
+    const noKey = async (): Promise<void> => {
+      const begin = c.unsafe('BEGIN');
+      const [head] = await c.unsafe('SELECT seq FROM floor_heads WHERE id = 1 FOR NO KEY UPDATE', [], { prepare: true });
+      if (head === undefined) throw new Error('no head');
+      const w = c.unsafe(write, [body], { prepare: true });
+      const commit = c.unsafe('COMMIT');
+      await Promise.all([begin, w, commit]);
+    };
+    /** The same with no lock at all: the least any transaction of this shape costs. */
+    const unlocked = async (): Promise<void> => {
+      const begin = c.unsafe('BEGIN');
+      const [head] = await c.unsafe('SELECT seq FROM floor_heads WHERE id = 1', [], { prepare: true });
+      if (head === undefined) throw new Error('no head');
+      const w = c.unsafe(write, [body], { prepare: true });
+      const commit = c.unsafe('COMMIT');
+      await Promise.all([begin, w, commit]);
+    };
+    const optimistic = async (): Promise<void> => {
+      const [head] = await c.unsafe('SELECT seq FROM floor_heads WHERE id = 1', [], { prepare: true });
+      const r = await c.unsafe(checked, [body, String(head?.seq)], { prepare: true });
+      if (r.count !== 1) throw new Error('the head moved');
+    };
+    for (let round = 0; round < 2; round += 1) {
+      for (const [name, op] of [
+        ['BEGIN + locking read; write + COMMIT (the writer)', locking],
+        ['BEGIN + read FOR NO KEY UPDATE; write + COMMIT', noKey],
+        ['BEGIN + read under an advisory lock; write + COMMIT', advisory],
+        ['BEGIN + read, no lock; write + COMMIT', unlocked],
+        ['read; one autocommit write checked against it', optimistic],
+      ] as const) {
+        const cpu = process.cpuUsage();
+        const backend = cpuOf(pid);
+        await timed(name, op);
+        const own = process.cpuUsage(cpu);
+        const n = N + WARMUP;
+        console.log(
+          `${''.padEnd(48)} this process ${((own.user + own.system) / n).toFixed(0)} µs, its backend ${((cpuOf(pid) - backend) / n).toFixed(0)} µs per transaction`,
+        );
+      }
+    }
+    c.release();
+  } finally {
+    await pool.end({ timeout: 5 });
+  }
+}
+
 async function main(): Promise<void> {
   if (databaseUrl === undefined) throw new Error('bench:floor needs DATABASE_URL (PostgreSQL)');
   const db = await privateDatabase(databaseUrl, 'floor');
@@ -98,6 +179,7 @@ async function main(): Promise<void> {
       }),
     );
     await rotation(db.url, body);
+    await shapes(db.url, body);
     agent.destroy();
     console.log(
       `floor of a durable decision over HTTP: bare p50 + one commit p50 = ${(bareP50 + commitP50).toFixed(3)} ms, ` +

@@ -24,7 +24,9 @@ export interface Server {
 export function start(script: string, env: Record<string, string>, cwd?: string): Promise<Server> {
   const flags =
     (script.includes('main') || script.includes('cluster')) && process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_PROFILE] : [];
-  const child = spawn(process.execPath, [...flags, '--import', 'tsx', script], {
+  // `BENCH_NODE_FLAGS`: Node flags for every server started (V8 flags NODE_OPTIONS refuses, e.g. --single-threaded-gc).
+  const nodeFlags = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter((f) => f !== '');
+  const child = spawn(process.execPath, [...nodeFlags, ...flags, '--import', 'tsx', script], {
     ...(cwd === undefined ? {} : { cwd }),
     env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
