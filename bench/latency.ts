@@ -58,14 +58,31 @@ class Client {
     this.url = new URL(server.url);
   }
 
+  /** What went wrong since `failures()` was last read: a non-2xx status or the error's code, counted. */
+  private failed = new Map<string, number>();
+
   /** The status of the next body's answer, or 0 if none came. */
   async send(): Promise<number> {
     this.next = (this.next + 1) % this.bodies.length;
     try {
-      return await approve(this.agent, this.url, this.key, this.bodies[this.next] as Buffer, TIMEOUT_MS);
-    } catch {
+      const status = await approve(this.agent, this.url, this.key, this.bodies[this.next] as Buffer, TIMEOUT_MS);
+      if (status < 200 || status >= 300) this.fail(String(status));
+      return status;
+    } catch (e) {
+      this.fail((e as { code?: string }).code ?? (e as Error).message);
       return 0;
     }
+  }
+
+  private fail(kind: string): void {
+    this.failed.set(kind, (this.failed.get(kind) ?? 0) + 1);
+  }
+
+  /** The failures since the last call, as " (503 ×9, ECONNRESET ×1)", or '' when there were none. */
+  failures(): string {
+    const out = [...this.failed].map(([kind, n]) => `${kind} ×${n}`).join(', ');
+    this.failed = new Map();
+    return out === '' ? '' : ` (${out})`;
   }
 }
 
@@ -135,12 +152,12 @@ async function commits(admin: postgres.Sql, name: string): Promise<number> {
 /** The one-at-a-time round on `single` (one socket), then the open-loop rounds on `many`. */
 async function rounds(target: string, single: Client, many: Client): Promise<{ sequential: Round; open: Map<number, Round> }> {
   const sequential = await oneAtATime(single, SEQUENTIAL);
-  console.log(line(target, `one at a time (${SEQUENTIAL})`, sequential));
+  console.log(line(target, `one at a time (${SEQUENTIAL})`, sequential) + single.failures());
   const open = new Map<number, Round>();
   for (const rate of RATES) {
     const r = await openLoop(many, rate, SECONDS);
     open.set(rate, r);
-    console.log(line(target, `open loop ${rate}/s`, r));
+    console.log(line(target, `open loop ${rate}/s`, r) + many.failures());
   }
   return { sequential, open };
 }
@@ -171,6 +188,8 @@ async function main(): Promise<void> {
       await openLoop(c, 1000, 1);
     }
     for (let i = 0; i < 200; i += 1) await Promise.all([warrantSingle.send(), bareSingle.send()]);
+    const warmUpFailures = [warrant, bare, warrantSingle, bareSingle].map((c) => c.failures()).join('');
+    if (warmUpFailures !== '') console.log(`failures in the warm-up:${warmUpFailures}`);
 
     const b = await rounds('bare', bareSingle, bare);
     const before = db === null ? NaN : await commits(db.admin, db.name);
