@@ -89,36 +89,13 @@ async function shapes(url: string, body: string): Promise<void> {
     const write = 'WITH h AS (UPDATE floor_heads SET seq = seq + 1 WHERE id = 1 RETURNING seq) INSERT INTO floor_rows (body) SELECT $1::jsonb FROM h';
     const checked =
       'WITH h AS (UPDATE floor_heads SET seq = seq + 1 WHERE id = 1 AND seq = $2 RETURNING seq) INSERT INTO floor_rows (body) SELECT $1::jsonb FROM h';
-    const locking = async (): Promise<void> => {
+    /**
+     * The writer's shape (src/store/batch.ts): BEGIN unawaited with `read`, then the write with
+     * COMMIT behind it unawaited. `read` takes the head's lock, or not.
+     */
+    const transaction = (read: string) => async (): Promise<void> => {
       const begin = c.unsafe('BEGIN');
-      const [head] = await c.unsafe('SELECT seq FROM floor_heads WHERE id = 1 FOR UPDATE', [], { prepare: true });
-      if (head === undefined) throw new Error('no head');
-      const w = c.unsafe(write, [body], { prepare: true });
-      const commit = c.unsafe('COMMIT');
-      await Promise.all([begin, w, commit]);
-    };
-    /** The same with the head's lock taken as a transaction-scoped advisory lock, the row read plainly. */
-    const advisory = async (): Promise<void> => {
-      const begin = c.unsafe('BEGIN');
-      const [head] = await c.unsafe('SELECT seq FROM floor_heads, pg_advisory_xact_lock(1) WHERE id = 1', [], { prepare: true });
-      if (head === undefined) throw new Error('no head');
-      const w = c.unsafe(write, [body], { prepare: true });
-      const commit = c.unsafe('COMMIT');
-      await Promise.all([begin, w, commit]);
-    };
-    /** The same with the row locked FOR NO KEY UPDATE (the lock an UPDATE of non-key columns takes). */
-    const noKey = async (): Promise<void> => {
-      const begin = c.unsafe('BEGIN');
-      const [head] = await c.unsafe('SELECT seq FROM floor_heads WHERE id = 1 FOR NO KEY UPDATE', [], { prepare: true });
-      if (head === undefined) throw new Error('no head');
-      const w = c.unsafe(write, [body], { prepare: true });
-      const commit = c.unsafe('COMMIT');
-      await Promise.all([begin, w, commit]);
-    };
-    /** The same with no lock at all: the least any transaction of this shape costs. */
-    const unlocked = async (): Promise<void> => {
-      const begin = c.unsafe('BEGIN');
-      const [head] = await c.unsafe('SELECT seq FROM floor_heads WHERE id = 1', [], { prepare: true });
+      const [head] = await c.unsafe(read, [], { prepare: true });
       if (head === undefined) throw new Error('no head');
       const w = c.unsafe(write, [body], { prepare: true });
       const commit = c.unsafe('COMMIT');
@@ -131,10 +108,13 @@ async function shapes(url: string, body: string): Promise<void> {
     };
     for (let round = 0; round < 2; round += 1) {
       for (const [name, op] of [
-        ['BEGIN + locking read; write + COMMIT (the writer)', locking],
-        ['BEGIN + read FOR NO KEY UPDATE; write + COMMIT', noKey],
-        ['BEGIN + read under an advisory lock; write + COMMIT', advisory],
-        ['BEGIN + read, no lock; write + COMMIT', unlocked],
+        ['BEGIN + locking read; write + COMMIT (the writer)', transaction('SELECT seq FROM floor_heads WHERE id = 1 FOR UPDATE')],
+        // The lock an UPDATE of non-key columns takes.
+        ['BEGIN + read FOR NO KEY UPDATE; write + COMMIT', transaction('SELECT seq FROM floor_heads WHERE id = 1 FOR NO KEY UPDATE')],
+        // The head's lock as a transaction-scoped advisory lock, the row read plainly.
+        ['BEGIN + read under an advisory lock; write + COMMIT', transaction('SELECT seq FROM floor_heads, pg_advisory_xact_lock(1) WHERE id = 1')],
+        // No lock at all: the least any transaction of this shape costs.
+        ['BEGIN + read, no lock; write + COMMIT', transaction('SELECT seq FROM floor_heads WHERE id = 1')],
         ['read; one autocommit write checked against it', optimistic],
       ] as const) {
         const cpu = process.cpuUsage();
