@@ -80,7 +80,7 @@ async function rotation(url: string, body: string): Promise<void> {
   }
 }
 
-/** The writer's transaction against an optimistic one (see the top of this file), alternated. */
+/** Shapes of a decision's transaction, the writer's first (see the top of this file), alternated twice. */
 async function shapes(url: string, body: string): Promise<void> {
   const pool = postgres(url, { max: 1, onnotice: () => {} });
   try {
