@@ -12,9 +12,16 @@
  * With DATABASE_URL, Warrant runs on a database of its own created on that server for the run and
  * dropped after it, so pg_stat_database's xact_commit counts only Warrant's transactions: the
  * commits per answered approval. Without it, Warrant runs on embedded PGlite.
+ *
+ * On PostgreSQL the run also times, one at a time from this process, an autocommit INSERT of an
+ * audit-row-sized body into a table of that database: a round trip and one fsync'd commit, the
+ * least any decision that is committed before it is answered waits for on top of the bare endpoint's
+ * HTTP. Its p50 beside the bare endpoint's says, in the same run, where the one-at-a-time target
+ * (approve p50 ≤ 2× bare p50) stands against that floor: unreachable whenever one commit alone
+ * takes longer than the bare request.
  */
 import { Agent } from 'node:http';
-import type postgres from 'postgres';
+import postgres from 'postgres';
 import { sample, split, type CpuSplit } from './cpu.js';
 import { approve, fixedRate, load, percentile, population, privateDatabase, startServers, type Server } from './harness.js';
 
@@ -162,6 +169,28 @@ async function rounds(target: string, single: Client, many: Client): Promise<{ s
   return { sequential, open };
 }
 
+/** One autocommit INSERT at a time on one connection to `url` (PostgreSQL): the commit's floor. */
+async function commitFloor(url: string, n: number): Promise<Round> {
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  try {
+    await sql`CREATE TABLE IF NOT EXISTS latency_floor (id bigserial PRIMARY KEY, body jsonb NOT NULL)`;
+    // About an audit row's size (~900 bytes of JSON).
+    const body = JSON.stringify({ decision: 'grant', target: '/workspace/x/src/main.ts', pad: 'x'.repeat(800) });
+    const insert = () => sql`INSERT INTO latency_floor (body) VALUES (${body}::jsonb)`;
+    for (let i = 0; i < 200; i += 1) await insert();
+    const latencies = new Float64Array(n);
+    const began = performance.now();
+    for (let i = 0; i < n; i += 1) {
+      const t = performance.now();
+      await insert();
+      latencies[i] = performance.now() - t;
+    }
+    return summarize(latencies, null, 0, (performance.now() - began) / 1000, null);
+  } finally {
+    await sql.end({ timeout: 5 });
+  }
+}
+
 async function main(): Promise<void> {
   const db = databaseUrl === undefined ? null : await privateDatabase(databaseUrl, 'latency');
   const servers = await startServers({ databaseUrl: db?.url, processes: 1 });
@@ -192,6 +221,8 @@ async function main(): Promise<void> {
     if (warmUpFailures !== '') console.log(`failures in the warm-up:${warmUpFailures}`);
 
     const b = await rounds('bare', bareSingle, bare);
+    const floor = db === null ? null : await commitFloor(db.url, SEQUENTIAL);
+    if (floor !== null) console.log(line('commit', `one at a time (${SEQUENTIAL})`, floor) + '   (autocommit INSERT from this process)');
     const before = db === null ? NaN : await commits(db.admin, db.name);
     const w = await rounds('approve', warrantSingle, warrant);
     const approveEnded = performance.now();
@@ -216,6 +247,12 @@ async function main(): Promise<void> {
         `approve at 1,000/s p50 ${at === undefined ? 'n/a' : at.p50.toFixed(2)} ms (≤ 2 ms), p99 ${at === undefined ? 'n/a' : at.p99.toFixed(2)} ms (≤ 6 ms); ` +
         `server CPU per approval at saturation / bare per request ${cpuRatio}× (≤ 3×)`,
     );
+    if (floor !== null)
+      console.log(
+        `floor one at a time: bare p50 + one commit p50 = ${(b.sequential.p50 + floor.p50).toFixed(2)} ms = ` +
+          `${((b.sequential.p50 + floor.p50) / b.sequential.p50).toFixed(2)}× bare (the target, 2×, is ` +
+          `${floor.p50 > b.sequential.p50 ? 'below' : 'above'} it); approve p50 ${(w.sequential.p50 / (b.sequential.p50 + floor.p50)).toFixed(2)}× the floor`,
+      );
   } finally {
     await servers.close();
     await db?.drop();
