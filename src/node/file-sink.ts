@@ -1,13 +1,18 @@
 /**
  * The checkpoint sink on Node: one append-only JSON-lines file per tenant (`<dir>/<tenant id>.jsonl`,
- * mode 0600 in a 0700 directory), each append fsync'd before it counts. Copy these files off the host
+ * mode 0600 in a 0700 directory), each append fsync'd before it counts. The directory must be this
+ * user's and closed to others' writes, and a tenant's file is never opened through a link: whoever
+ * could swap either could rewrite or misdirect the evidence (owned.ts). Copy these files off the host
  * (or point the directory at storage the database's administrators cannot write) and the audit holds
  * up against them: `npm run audit -- verify --checkpoints <dir>` checks the database against them.
  */
-import { closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, fsyncSync, openSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { lineText, parseLines, type CheckpointLine } from '../audit/checkpoint.js';
 import type { CheckpointSink } from '../audit/publish.js';
+import { ensureOwnDir } from './owned.js';
+
+const SINK_DIR = 'the checkpoint directory';
 
 /** The file that holds a tenant's checkpoints in a sink directory. */
 export const sinkFile = (dir: string, tenantId: string): string => join(dir, `${tenantId}.jsonl`);
@@ -30,8 +35,8 @@ export class FileSink implements CheckpointSink {
     // appended these already (between its check and this one, two could still race: give each
     // server a directory of its own, README "Audit checkpoints").
     if (first.n !== ((await this.last(tenantId))?.n ?? 0) + 1) return;
-    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-    const fd = openSync(sinkFile(this.dir, tenantId), 'a', 0o600);
+    ensureOwnDir(this.dir, SINK_DIR);
+    const fd = openSync(sinkFile(this.dir, tenantId), constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
     try {
       writeSync(fd, lines.map((l) => `${lineText(l)}\n`).join(''));
       fsyncSync(fd);
@@ -43,8 +48,13 @@ export class FileSink implements CheckpointSink {
 
 /** The last checkpoint line of a file, or null when there is no file (or it is empty). */
 function readLastLine(path: string): CheckpointLine | null {
-  if (!existsSync(path)) return null;
-  const fd = openSync(path, 'r');
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw e;
+  }
   try {
     const size = fstatSync(fd).size;
     const length = Math.min(size, TAIL_BYTES);

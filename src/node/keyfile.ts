@@ -5,11 +5,12 @@
  * `<keys dir>/audit-keys.json`, the same way. Two rings, so a leaked token key cannot sign a
  * checkpoint and the audit key can be held apart (another host, an HSM-backed signer later).
  */
-import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { linkSync, readFileSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import type { JWK } from 'jose';
 import { generateSigningJwk, loadKeyRing, rotate, type KeyRing } from '../crypto/keys.js';
 import type { Config } from './config.js';
+import { checkOwnFile, ensureOwnDir, replaceFile, writeExclusive } from './owned.js';
 
 /** Which ring: the token signing keys or the audit checkpoint keys. */
 export type RingKind = 'signing' | 'audit';
@@ -18,16 +19,14 @@ const FILES: Record<RingKind, string> = { signing: 'signing-keys.json', audit: '
 
 export const keyFile = (keysDir: string, kind: RingKind = 'signing'): string => join(keysDir, FILES[kind]);
 
-function writeSet(path: string, set: { keys: JWK[] }): void {
-  const tmp = `${path}.tmp`;
-  writeFileSync(tmp, `${JSON.stringify(set, null, 2)}\n`, { mode: 0o600 });
-  renameSync(tmp, path);
-}
+const KEYS_DIR = 'the keys directory';
+const RING = 'the key ring';
+
+const text = (set: { keys: JWK[] }): string => `${JSON.stringify(set, null, 2)}\n`;
 
 /** Creates the file only if it does not exist yet (link is atomic); false when another process won. */
 function createSet(path: string, set: { keys: JWK[] }): boolean {
-  const tmp = `${path}.${process.pid}.${Date.now()}.tmp`;
-  writeFileSync(tmp, `${JSON.stringify(set, null, 2)}\n`, { mode: 0o600 });
+  const tmp = writeExclusive(path, text(set), 0o600);
   try {
     linkSync(tmp, path);
     return true;
@@ -39,7 +38,9 @@ function createSet(path: string, set: { keys: JWK[] }): boolean {
   }
 }
 
-function readSet(path: string): { keys: JWK[] } {
+/** The ring in `path`, once it is shown to be this user's private file; null when there is none. */
+function readSet(path: string): { keys: JWK[] } | null {
+  if (!checkOwnFile(path, RING, true)) return null;
   return JSON.parse(readFileSync(path, 'utf8')) as { keys: JWK[] };
 }
 
@@ -54,29 +55,29 @@ export async function loadKeys(config: Config, log: (e: Record<string, unknown>)
     }
     return loadKeyRing(set as { keys?: unknown });
   }
+  ensureOwnDir(config.keysDir, KEYS_DIR);
   const path = keyFile(config.keysDir, kind);
-  if (!existsSync(path)) {
-    mkdirSync(config.keysDir, { recursive: true });
+  let set = readSet(path);
+  if (set === null) {
     // Instances starting together (start:cluster) must end up with one ring, not one each.
     if (createSet(path, { keys: [await generateSigningJwk()] })) log({ msg: `generated a new ${kind} key`, file: path });
+    set = readSet(path);
   }
-  return loadKeyRing(readSet(path));
+  if (set === null) throw new Error(`${path} vanished while it was being created`);
+  return loadKeyRing(set);
 }
 
 /** `npm run keys -- rotate`: append a new active key, keep the old ones to verify. */
 export async function rotateKeyFile(keysDir: string, kind: RingKind = 'signing'): Promise<string> {
+  ensureOwnDir(keysDir, KEYS_DIR);
   const path = keyFile(keysDir, kind);
-  mkdirSync(keysDir, { recursive: true });
-  const set = existsSync(path) ? readSet(path) : { keys: [] };
-  const next = await rotate(set);
-  writeSet(path, next);
+  const next = await rotate(readSet(path) ?? { keys: [] });
+  replaceFile(path, text(next), 0o600);
   return next.keys[next.keys.length - 1]?.kid as string;
 }
 
 export function listKeyFile(keysDir: string, kind: RingKind = 'signing'): { kid: string; active: boolean }[] {
-  const path = keyFile(keysDir, kind);
-  if (!existsSync(path)) return [];
-  const keys = readSet(path).keys;
+  const keys = readSet(keyFile(keysDir, kind))?.keys ?? [];
   const activeIndex = keys.map((k) => typeof k.d === 'string').lastIndexOf(true);
   return keys.map((k, i) => ({ kid: String(k.kid), active: i === activeIndex }));
 }

@@ -23,6 +23,7 @@ import { loadDocsAssets } from './docs-assets.js';
 import { FileSink } from './file-sink.js';
 
 import { loadKeys } from './keyfile.js';
+import { ensureOwnDir } from './owned.js';
 import { useNativeBase64url, useNativeSha256 } from './native-hash.js';
 
 /** Binds the port; a busy or forbidden port is a refusal (exit 1) before the database is opened. */
@@ -74,6 +75,8 @@ async function main(): Promise<void> {
   const tokenKeys = new Set(keys.jwks.keys.map((k) => k.x));
   if (auditKeys.jwks.keys.some((k) => tokenKeys.has(k.x)))
     throw new Error('the audit key ring shares a key with the token signing ring: give each its own keys');
+  // Refused now rather than at the first checkpoint: a sink others can write is no evidence.
+  ensureOwnDir(config.checkpointDir, 'the checkpoint directory');
   const metrics = new Metrics();
   if (database.poolUse !== undefined) metrics.poolUse = database.poolUse;
   metrics.cpuSeconds = () => {

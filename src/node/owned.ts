@@ -1,0 +1,92 @@
+/**
+ * Directories and files only their owner can change: the keys directory and its rings, the checkpoint
+ * sink. Whoever can write a key ring can make the server trust their key (and then sign any
+ * capability); whoever can write the sink can rewrite the evidence the audit is checked against. So
+ * such a directory must be this user's, a real directory (not a link), and not writable by group or
+ * others; a ring must be this user's regular file, closed to group and others. Readable is allowed
+ * where nothing secret is (a sink's checkpoints are public; a 0755 keys directory lists only names).
+ */
+import { closeSync, constants, fsyncSync, lstatSync, mkdirSync, openSync, renameSync, unlinkSync, writeSync, type Stats } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { StartupRefused } from './datadir.js';
+
+function lstatOrNull(path: string): Stats | null {
+  try {
+    return lstatSync(path);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw e;
+  }
+}
+
+function ownerProblem(st: Stats): string | null {
+  const uid = process.getuid?.();
+  return uid !== undefined && st.uid !== uid ? `belongs to uid ${st.uid}, not to this user (uid ${uid})` : null;
+}
+
+/**
+ * Creates `dir` (and missing parents) 0700 when absent; otherwise refuses (StartupRefused) a link, a
+ * non-directory, another user's directory or one group or others can write. `what` names it in the message.
+ */
+export function ensureOwnDir(dir: string, what: string): void {
+  let st = lstatOrNull(dir);
+  if (st === null) {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    st = lstatSync(dir);
+  }
+  if (st.isSymbolicLink()) throw new StartupRefused(`${what} ${dir} is a symbolic link; give its real path`);
+  if (!st.isDirectory()) throw new StartupRefused(`${what} ${dir} is not a directory`);
+  const owner = ownerProblem(st);
+  if (owner !== null) throw new StartupRefused(`${what} ${dir} ${owner}: whoever owns it can replace what is in it. Use a directory of your own`);
+  if ((st.mode & 0o022) !== 0)
+    throw new StartupRefused(`${what} ${dir} is writable by group or others, who could replace what is in it. Fix: chmod go-w '${dir}'`);
+}
+
+/**
+ * Refuses (StartupRefused) a `path` that is a link, not a regular file, another user's, or open to
+ * group or others (`secret`: any permission bit; else a write bit). Absent is fine: false.
+ */
+export function checkOwnFile(path: string, what: string, secret: boolean): boolean {
+  const st = lstatOrNull(path);
+  if (st === null) return false;
+  if (st.isSymbolicLink()) throw new StartupRefused(`${what} ${path} is a symbolic link; refusing to follow it`);
+  if (!st.isFile()) throw new StartupRefused(`${what} ${path} is not a regular file`);
+  const owner = ownerProblem(st);
+  if (owner !== null) throw new StartupRefused(`${what} ${path} ${owner}: whoever owns it can change it`);
+  if ((st.mode & (secret ? 0o077 : 0o022)) !== 0)
+    throw new StartupRefused(
+      `${what} ${path} is ${secret ? 'reachable' : 'writable'} by group or others (mode ${(st.mode & 0o777).toString(8)}). Fix: chmod go-${secret ? 'rwx' : 'w'} '${path}'`,
+    );
+  return true;
+}
+
+/**
+ * Writes `text` to a new file in `path`'s directory under an unguessable name, created exclusively
+ * (never an existing file, never through a link) with `mode`, and returns that name: the caller
+ * renames or links it into place, so a reader sees the old file or the whole new one.
+ */
+export function writeExclusive(path: string, text: string, mode: number): string {
+  const tmp = `${path}.${randomBytes(9).toString('base64url')}.tmp`;
+  const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
+  try {
+    writeSync(fd, text);
+    fsyncSync(fd); // a crash after the rename must not leave an empty ring in place
+  } catch (e) {
+    closeSync(fd);
+    unlinkSync(tmp);
+    throw e;
+  }
+  closeSync(fd);
+  return tmp;
+}
+
+/** `writeExclusive` then rename over `path`. */
+export function replaceFile(path: string, text: string, mode: number): void {
+  const tmp = writeExclusive(path, text, mode);
+  try {
+    renameSync(tmp, path);
+  } catch (e) {
+    unlinkSync(tmp);
+    throw e;
+  }
+}

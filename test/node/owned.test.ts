@@ -1,0 +1,99 @@
+/**
+ * The keys directory, its rings and the checkpoint sink against the account next door: nobody but
+ * their owner may plant a key the server trusts, read a private key, or redirect the evidence.
+ */
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { StartupRefused } from '../../src/node/datadir.js';
+import { FileSink, sinkFile } from '../../src/node/file-sink.js';
+import { keyFile, listKeyFile, loadKeys, rotateKeyFile } from '../../src/node/keyfile.js';
+import { readConfig } from '../../src/node/config.js';
+import type { CheckpointLine } from '../../src/audit/checkpoint.js';
+
+const isRoot = process.getuid?.() === 0;
+let dir: string;
+const quiet = (): void => {};
+const config = (keysDir: string) => readConfig({ WARRANT_KEYS_DIR: keysDir });
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'warrant-owned-'));
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('key rings', () => {
+  it('creates a missing keys directory 0700 and its ring 0600', async () => {
+    const keysDir = join(dir, 'a', 'keys');
+    const ring = await loadKeys(config(keysDir), quiet);
+    expect(ring.activeKid).toBeTruthy();
+    expect(statSync(keysDir).mode & 0o777).toBe(0o700);
+    expect(statSync(keyFile(keysDir)).mode & 0o777).toBe(0o600);
+  });
+
+  it('refuses a keys directory others can write, before reading or creating a ring in it', async () => {
+    chmodSync(dir, 0o777);
+    await expect(loadKeys(config(dir), quiet)).rejects.toThrow(/keys directory .* is writable by group or others/);
+    await expect(rotateKeyFile(dir)).rejects.toThrow(StartupRefused);
+    expect(existsSync(keyFile(dir))).toBe(false);
+  });
+
+  it('refuses a ring others can read (its private keys) or that is a link', async () => {
+    await rotateKeyFile(dir);
+    chmodSync(keyFile(dir), 0o644);
+    await expect(loadKeys(config(dir), quiet)).rejects.toThrow(/key ring .* is reachable by group or others \(mode 644\)/);
+    expect(() => listKeyFile(dir)).toThrow(StartupRefused);
+
+    const elsewhere = mkdtempSync(join(tmpdir(), 'warrant-owned-ring-'));
+    try {
+      await rotateKeyFile(elsewhere);
+      const linked = join(dir, 'linked');
+      mkdirSync(linked, { mode: 0o700 });
+      symlinkSync(keyFile(elsewhere), keyFile(linked));
+      await expect(loadKeys(config(linked), quiet)).rejects.toThrow(/is a symbolic link/);
+    } finally {
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
+  });
+
+  it('writes a rotated ring through a new file of its own, never one planted beside it', async () => {
+    await rotateKeyFile(dir);
+    // The name the ring's temporary file used to have, planted writable by anyone.
+    const planted = `${keyFile(dir)}.tmp`;
+    writeFileSync(planted, 'planted\n', { mode: 0o666 });
+    chmodSync(planted, 0o666);
+    const kid = await rotateKeyFile(dir);
+    expect(readFileSync(planted, 'utf8')).toBe('planted\n');
+    expect(statSync(keyFile(dir)).mode & 0o777).toBe(0o600);
+    expect(listKeyFile(dir).find((k) => k.active)?.kid).toBe(kid);
+  });
+
+  it.skipIf(!isRoot)("refuses a keys directory or ring that is another user's", async () => {
+    await rotateKeyFile(dir);
+    chownSync(keyFile(dir), 65534, 65534);
+    await expect(loadKeys(config(dir), quiet)).rejects.toThrow(/key ring .* belongs to uid 65534/);
+    chownSync(keyFile(dir), 0, 0);
+    chownSync(dir, 65534, 65534);
+    await expect(loadKeys(config(dir), quiet)).rejects.toThrow(/keys directory .* belongs to uid 65534/);
+  });
+});
+
+describe('the checkpoint sink', () => {
+  const line = { n: 1, jws: 'eyJ.x.y', consistency: [] } as unknown as CheckpointLine;
+
+  it('refuses a directory others can write', async () => {
+    chmodSync(dir, 0o777);
+    await expect(new FileSink(dir).append('t1', [line])).rejects.toThrow(/checkpoint directory .* is writable by group or others/);
+    expect(existsSync(sinkFile(dir, 't1'))).toBe(false);
+  });
+
+  it('never appends through a link planted as a tenant file', async () => {
+    const victim = join(dir, 'victim');
+    writeFileSync(victim, 'untouched\n');
+    const sink = join(dir, 'sink');
+    mkdirSync(sink, { mode: 0o700 });
+    symlinkSync(victim, sinkFile(sink, 't1'));
+    await expect(new FileSink(sink).append('t1', [line])).rejects.toThrow(/ELOOP/);
+    expect(readFileSync(victim, 'utf8')).toBe('untouched\n');
+  });
+});
