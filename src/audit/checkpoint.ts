@@ -30,6 +30,15 @@ export const CheckpointPayload = z.strictObject({
 });
 export type CheckpointPayload = z.infer<typeof CheckpointPayload>;
 
+/**
+ * How long before a checkpoint a decision may be dated and still be first covered by the checkpoint
+ * after it (ms). A row is dated when its batch decides it and commits within the decision deadline and
+ * the connection's timeouts, seconds later; the rest is room for the clocks of instances that disagree
+ * (keep them within a minute). A row dated earlier than that was not there when the checkpoint before
+ * its own was taken: it was written after the fact (or left out of it), and is never signed over.
+ */
+export const CHECKPOINT_LAG_MS = 5 * 60_000;
+
 /** One checkpoint as stored and exported: the signed JWS and the consistency proof from its predecessor. */
 export interface CheckpointLine {
   readonly n: number;

@@ -15,7 +15,7 @@ import { sql, type SQL } from 'drizzle-orm';
 import { bytesToHex } from '@noble/hashes/utils.js';
 import type { KeyRing } from '../crypto/keys.js';
 import type { Db } from '../store/store.js';
-import { checkpointId, openCheckpoint, signCheckpoint, type CheckpointLine, type CheckpointPayload } from './checkpoint.js';
+import { CHECKPOINT_LAG_MS, checkpointId, openCheckpoint, signCheckpoint, type CheckpointLine, type CheckpointPayload } from './checkpoint.js';
 import { fromHex } from '../crypto/hash.js';
 import { consistencyProof, inclusionProof, leafHash, rootOf, verifyConsistency } from './merkle.js';
 import { appendLeavesInSlices, rightEdgeOf, TILE_WIDTH, tileReader, type Tile } from './tiles.js';
@@ -123,14 +123,32 @@ async function changedTrees(tx: Pick<Db, 'execute'>, tenantId: string, snapshot:
 /**
  * The new rows' hashes, tree by tree in seq order; every seq must be there (a gap is never signed
  * over). Rows are matched by (tree, seq), not by position: the database's collation may order tree
- * ids unlike the code-unit order the trees were sorted in. Pauses as it goes (see SLICE).
+ * ids unlike the code-unit order the trees were sorted in. Pauses as it goes (see SLICE). A row dated
+ * before `notBefore` (the last signed checkpoint's time less CHECKPOINT_LAG_MS) was written after that
+ * checkpoint was taken, under an earlier date: refused, never signed over.
  */
-async function newLeaves(tx: Pick<Db, 'execute'>, tenantId: string, trees: readonly ChangedTree[], pause: () => Promise<void>): Promise<Uint8Array[]> {
+async function newLeaves(
+  tx: Pick<Db, 'execute'>,
+  tenantId: string,
+  trees: readonly ChangedTree[],
+  notBefore: number | null,
+  pause: () => Promise<void>,
+): Promise<Uint8Array[]> {
   const rows = await query(
     tx,
-    sql`SELECT a.tree_id, a.seq::text AS seq, a.hash FROM jsonb_to_recordset(${JSON.stringify(trees)}::jsonb) AS r(tree_id text, lo bigint, hi bigint)
+    sql`SELECT a.tree_id, a.seq::text AS seq, a.hash, a.id, a.at FROM jsonb_to_recordset(${JSON.stringify(trees)}::jsonb) AS r(tree_id text, lo bigint, hi bigint)
         JOIN audit a ON a.tenant_id = ${tenantId} AND a.tree_id = r.tree_id AND a.seq > r.lo AND a.seq <= r.hi`,
   );
+  if (notBefore !== null) {
+    for (const r of rows) {
+      const at = new Date(r.at as string).getTime();
+      if (!(at >= notBefore)) {
+        throw new AuditIntegrityError(
+          `audit row ${String(r.id)} of tree '${String(r.tree_id)}' is dated ${String(r.at)}, before the last checkpoint that should have covered it: written after the fact`,
+        );
+      }
+    }
+  }
   // A slot per new row of each tree (seq lo + 1 … hi), each filled once. A tree whose head claims
   // more rows than were read lacks some: refused before any slot is made for them.
   for (const t of trees) {
@@ -256,6 +274,10 @@ function isUniqueViolation(e: unknown): boolean {
 async function makeCheckpoint(o: CheckpointOptions, tenantId: string): Promise<MadeCheckpoint | null> {
   return o.db.transaction(
     async (tx) => {
+      // The checkpoint is dated before its snapshot is taken (by the statement below), not when it is
+      // signed: every row dated CHECKPOINT_LAG_MS before `at` has committed by then and is in it, however
+      // long the leaves take to read (verify's afterTheFact relies on it).
+      const takenAt = o.now();
       const [lock] = await query(
         tx,
         sql`SELECT pg_try_advisory_xact_lock(${LOCK_SPACE}, hashtext(${tenantId})) AS ok, set_config('idle_in_transaction_session_timeout', ${String(CHECKPOINT_IDLE_MS)}, true)`,
@@ -273,7 +295,8 @@ async function makeCheckpoint(o: CheckpointOptions, tenantId: string): Promise<M
       const trees = await changedTrees(tx, tenantId, last?.snapshot ?? null);
       if (trees.length === 0) return null;
       const pause = o.pause ?? pauseEvery(PAUSE_AFTER_MS);
-      const leaves = await newLeaves(tx, tenantId, trees, pause);
+      const notBefore = signed === null ? null : Date.parse(signed.at) - CHECKPOINT_LAG_MS;
+      const leaves = await newLeaves(tx, tenantId, trees, notBefore, pause);
       const oldSize = signed?.size ?? 0;
       const size = oldSize + leaves.length;
 
@@ -296,7 +319,7 @@ async function makeCheckpoint(o: CheckpointOptions, tenantId: string): Promise<M
         size,
         root,
         prev: last === null ? null : checkpointId(last.jws),
-        at: o.now().toISOString(),
+        at: takenAt.toISOString(),
       };
       const jws = await signCheckpoint(o.keys, payload);
       let start = oldSize;

@@ -53,7 +53,15 @@ export async function verifyReceipt(receipt: unknown, keys: AuditKeys): Promise<
   ) {
     return { ok: false, code: 'malformed', message: 'not a receipt' };
   }
-  if (r.row.id !== r.audit_id || typeof r.row.prev_hash !== 'string' || hashOfFields(r.row) !== r.hash) {
+  let rowHash: string;
+  try {
+    rowHash = hashOfFields(r.row);
+  } catch {
+    // What canonical JSON refuses (a lone surrogate, nesting past the stack): a hostile receipt is
+    // reported, never thrown at the caller.
+    return { ok: false, code: 'malformed', message: 'its row has no canonical JSON form' };
+  }
+  if (r.row.id !== r.audit_id || typeof r.row.prev_hash !== 'string' || rowHash !== r.hash) {
     return { ok: false, code: 'row_mismatch', message: 'the row is not the one this receipt names, or does not hash to its hash' };
   }
   const opened = await openCheckpoint(keys, r.checkpoint);

@@ -11,7 +11,7 @@ import { fromHex } from '../crypto/hash.js';
 import { verifyChains, type ChainHead } from '../store/audit.js';
 import { GENESIS_HASH, Store, type AuditRecord, type Db } from '../store/store.js';
 import { auditRanges, checkpointLines } from './checkpointer.js';
-import { verifyCheckpointLog, type AuditKeys, type CheckpointLine, type CheckpointPayload } from './checkpoint.js';
+import { CHECKPOINT_LAG_MS, verifyCheckpointLog, type AuditKeys, type CheckpointLine, type CheckpointPayload } from './checkpoint.js';
 import { leafHash, memoryReader, rootOf } from './merkle.js';
 
 /** Where rows `fromSeq`..`toSeq` of a tree sit among the leaves (the checkpointer's ranges). */
@@ -53,7 +53,7 @@ export type AuditReport =
 
 /** Checks a tenant's audit rows, chains and checkpoints; reports the first thing that fails. */
 export async function verifyAudit(keys: AuditKeys, tenantId: string, data: AuditData, genesis: string): Promise<AuditReport> {
-  const hashes = new Map<string, string[]>();
+  const hashes = new Map<string, Leaf[]>();
   const chain = await verifyChains(collect(data.rows, hashes), data.heads, genesis);
   if (!chain.ok) return { ok: false, entries: chain.entries, firstBadId: chain.firstBadId, reason: 'a row does not follow its chain' };
   const log = await verifyCheckpointLog(keys, tenantId, data.checkpoints);
@@ -70,6 +70,8 @@ export async function verifyAudit(keys: AuditKeys, tenantId: string, data: Audit
   );
   if (mismatch !== null) return { ok: false, entries: chain.entries, ...mismatch };
   if (problem !== null) return { ok: false, entries: chain.entries, firstBadCheckpoint: firstCovering(log.checkpoints, problem.leaf), reason: problem.reason };
+  const late = afterTheFact(log.checkpoints, data.ranges, hashes);
+  if (late !== null) return { ok: false, entries: chain.entries, ...late };
   return {
     ok: true,
     entries: chain.entries,
@@ -79,16 +81,63 @@ export async function verifyAudit(keys: AuditKeys, tenantId: string, data: Audit
   };
 }
 
-/** Passes the pages through, keeping each row's hash by tree and seq for the leaves. */
-async function* collect(pages: AsyncIterable<AuditRecord[]>, into: Map<string, string[]>): AsyncGenerator<AuditRecord[]> {
+/** What the leaves and the dates need of a row. */
+interface Leaf {
+  readonly hash: string;
+  readonly id: string;
+  /** When it was decided (ms; NaN when that is no time). */
+  readonly at: number;
+}
+
+/** Passes the pages through, keeping each row's hash, id and time by tree and seq. */
+async function* collect(pages: AsyncIterable<AuditRecord[]>, into: Map<string, Leaf[]>): AsyncGenerator<AuditRecord[]> {
   for await (const rows of pages) {
     for (const r of rows) {
       let tree = into.get(r.treeId);
       if (tree === undefined) into.set(r.treeId, (tree = []));
-      tree[Number(r.seq) - 1] = r.hash;
+      tree[Number(r.seq) - 1] = { hash: r.hash, id: r.id, at: r.at.getTime() };
     }
     yield rows;
   }
+}
+
+/**
+ * The first row written after the fact: one first covered by checkpoint k (or by none) but dated
+ * more than CHECKPOINT_LAG_MS before checkpoint k − 1 (or the latest) was taken. A decision commits
+ * seconds after its date, so that checkpoint would have covered it had it been there; rows inserted
+ * later under an earlier date, or left out of the checkpoints, are what this finds. Null: none.
+ */
+function afterTheFact(
+  checkpoints: readonly CheckpointPayload[],
+  ranges: readonly LeafRange[],
+  rows: ReadonlyMap<string, readonly Leaf[]>,
+): { firstBadId: string; firstBadCheckpoint?: number; reason: string } | null {
+  const last = checkpoints[checkpoints.length - 1];
+  if (last === undefined) return null;
+  const covered = new Map<string, number>();
+  let k = 0;
+  const late = (leaf: Leaf, before: CheckpointPayload): boolean => !(leaf.at >= Date.parse(before.at) - CHECKPOINT_LAG_MS);
+  const reason = (leaf: Leaf, before: CheckpointPayload): string =>
+    `row ${leaf.id} is dated ${Number.isNaN(leaf.at) ? 'at no valid time' : new Date(leaf.at).toISOString()}, before checkpoint ${before.n} (${before.at}), which does not cover it: it was written after the fact`;
+  for (const r of ranges) {
+    if (r.leafStart >= last.size) break;
+    for (let seq = r.fromSeq; seq <= r.toSeq; seq++) {
+      const leafIndex = r.leafStart + seq - r.fromSeq;
+      while ((checkpoints[k] as CheckpointPayload).size <= leafIndex) k++;
+      const before = checkpoints[k - 1];
+      const leaf = rows.get(r.treeId)?.[seq - 1] as Leaf;
+      if (before !== undefined && late(leaf, before))
+        return { firstBadId: leaf.id, firstBadCheckpoint: (checkpoints[k] as CheckpointPayload).n, reason: reason(leaf, before) };
+    }
+    covered.set(r.treeId, r.toSeq);
+  }
+  for (const [treeId, tree] of rows) {
+    for (let i = covered.get(treeId) ?? 0; i < tree.length; i++) {
+      const leaf = tree[i] as Leaf;
+      if (late(leaf, last)) return { firstBadId: leaf.id, reason: reason(leaf, last) };
+    }
+  }
+  return null;
 }
 
 interface Leaves {
@@ -102,7 +151,7 @@ interface Leaves {
  * as far as they can be built: ranges that leave a gap or skip a tree's rows, or a row that is gone,
  * stop them.
  */
-function leavesOf(ranges: readonly LeafRange[], hashes: ReadonlyMap<string, string[]>, size: number): Leaves {
+function leavesOf(ranges: readonly LeafRange[], hashes: ReadonlyMap<string, readonly Leaf[]>, size: number): Leaves {
   const leaves: Uint8Array[] = [];
   const next = new Map<string, number>();
   const bad = (reason: string): Leaves => ({ leaves, problem: { reason, leaf: leaves.length } });
@@ -111,7 +160,7 @@ function leavesOf(ranges: readonly LeafRange[], hashes: ReadonlyMap<string, stri
     if (r.leafStart !== leaves.length) return bad(`the leaf ranges leave a gap at leaf ${leaves.length}`);
     if (r.fromSeq !== (next.get(r.treeId) ?? 1) || r.toSeq < r.fromSeq) return bad(`the leaf ranges skip rows of tree '${r.treeId}'`);
     for (let seq = r.fromSeq; seq <= r.toSeq; seq++) {
-      const hash = hashes.get(r.treeId)?.[seq - 1];
+      const hash = hashes.get(r.treeId)?.[seq - 1]?.hash;
       const bytes = hash === undefined ? null : fromHex(hash);
       if (bytes === null) return bad(`row ${seq} of tree '${r.treeId}' (leaf ${leaves.length}) is gone`);
       leaves.push(leafHash(bytes));

@@ -111,6 +111,15 @@ export function rowHash(r: HashedRow): string {
   return sealRow(r).hash;
 }
 
+/** The row's hash, or null when it has none: a value no decision writes (an `at` of 'infinity', a lone surrogate) is a bad row, not a crash. */
+function hashOrNull(r: HashedRow): string | null {
+  try {
+    return rowHash(r);
+  } catch {
+    return null;
+  }
+}
+
 export type ChainReport = { ok: true; entries: number; trees: number } | { ok: false; firstBadId: string; entries: number };
 
 /** A chain's stored head: its last seq and hash. */
@@ -151,7 +160,7 @@ export async function verifyChains(pages: AsyncIterable<AuditRecord[]>, heads: R
       }
       entries++;
       seq++;
-      if (Number(r.seq) !== seq || r.prevHash !== prev || rowHash(r) !== r.hash) return { ok: false, firstBadId: r.id, entries };
+      if (Number(r.seq) !== seq || r.prevHash !== prev || hashOrNull(r) !== r.hash) return { ok: false, firstBadId: r.id, entries };
       prev = r.hash;
       lastId = r.id;
     }

@@ -10,7 +10,7 @@ import { generateSigningJwk, loadKeyRing } from '../../src/crypto/keys.js';
 import { checkpointId, importAuditKeys, signCheckpoint, type CheckpointPayload } from '../../src/audit/checkpoint.js';
 import { verifyReceipt, type Receipt } from '../../src/audit/receipt.js';
 import { hashedFields, rowHash } from '../../src/store/audit.js';
-import type { AuditRecord } from '../../src/store/store.js';
+import { GENESIS_HASH, type AuditRecord } from '../../src/store/store.js';
 import { BACKENDS } from '../support/db.js';
 import { startHarness, type Harness } from '../support/app.js';
 import { rechain as rechainTree } from '../support/tamper.js';
@@ -127,6 +127,8 @@ describe.each(BACKENDS)('audit checkpoints on %s', (backend) => {
     expect(await verifyReceipt(flipped, keys)).toMatchObject({ ok: false, code: 'not_included' });
     const otherKeys = await loadKeyRing({ keys: [await generateSigningJwk()] });
     expect(await verifyReceipt(receipt, otherKeys.verifyKeys)).toMatchObject({ ok: false, code: 'bad_checkpoint' });
+    // A hostile receipt whose row has no canonical form is reported, not thrown.
+    expect(await verifyReceipt({ ...receipt, row: { ...receipt.row, op: '\uD800' } }, keys)).toMatchObject({ ok: false, code: 'malformed' });
   });
 
   test('a row no checkpoint covers yet has no receipt: 409 not_yet_covered with Retry-After', async () => {
@@ -174,6 +176,52 @@ describe.each(BACKENDS)('audit checkpoints on %s', (backend) => {
       FROM jsonb_populate_recordset(NULL::audit, ${JSON.stringify([forged])}::jsonb)`);
     await rechain(tree);
     expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 1 });
+  });
+
+  test('a row inserted later under an earlier date is reported, and the checkpointer refuses to sign over it', async () => {
+    // A whole new tree of one correctly hashed row and its head, dated a day before the checkpoints:
+    // the chains verify, and nothing but the dates tells it from a decision made since.
+    const template = (await treeRows(trees[0]!.capability_id))[0] as AuditRecord;
+    const tree = 'cap_backdated';
+    const row = {
+      ...hashedFields(template),
+      id: 'aud_backdated',
+      seq: 1,
+      tree_id: tree,
+      prev_hash: GENESIS_HASH,
+      at: new Date(h.clock.ms - 86_400_000).toISOString(),
+      hash: '',
+    };
+    await exec(sql`INSERT INTO audit (tenant_id, tree_id, seq, id, at, event, decision, capability_id, trajectory_id, prev_hash, hash)
+      SELECT tenant_id, tree_id, seq, id, at, event, decision, capability_id, trajectory_id, prev_hash, hash
+      FROM jsonb_populate_recordset(NULL::audit, ${JSON.stringify([row])}::jsonb)`);
+    const hash = rowHash((await h.store.auditRow(h.tenantIds.a, row.id)) as AuditRecord);
+    await exec(sql`UPDATE audit SET hash = ${hash} WHERE id = ${row.id}`);
+    await exec(sql`INSERT INTO audit_heads (tenant_id, tree_id, seq, hash, last_id) VALUES (${h.tenantIds.a}, ${tree}, 1, ${hash}, ${row.id})`);
+    expect(await verify()).toMatchObject({ ok: false, first_bad_id: row.id, reason: expect.stringMatching(/after the fact/) });
+    await expect(h.checkpoint()).rejects.toThrow(/aud_backdated .* written after the fact/);
+  });
+
+  test('a row left out of a later checkpoint is reported', async () => {
+    const started = h.clock.ms;
+    try {
+      const [left] = (await treeRows(trees[0]!.capability_id)).slice(-1);
+      h.clock.advance(600);
+      expect((await approve(trees[1]!.token, '/w/t2/much-later')).status).toBe(200);
+      // Tree 1's head hidden from the checkpointer (as a trigger pinning its xid would): checkpoint 3
+      // covers tree 2's new row and leaves out tree 1's, decided ten minutes before it.
+      await exec(sql`UPDATE audit_heads SET xid = '1'::xid8 WHERE tenant_id = ${h.tenantIds.a} AND tree_id = ${trees[0]!.capability_id}`);
+      expect(await h.checkpoint()).toMatchObject({ payload: { n: 3, size: 16 } });
+      expect(await verify()).toMatchObject({ ok: false, first_bad_id: left!.id, reason: expect.stringMatching(/does not cover it/) });
+    } finally {
+      h.clock.ms = started;
+    }
+  });
+
+  test('a row whose time is no time is named, not a failure of the verifier', async () => {
+    const victim = (await treeRows(trees[1]!.capability_id))[1] as AuditRecord;
+    await exec(sql`UPDATE audit SET at = 'infinity' WHERE id = ${victim.id}`);
+    expect(await verify()).toMatchObject({ ok: false, first_bad_id: victim.id });
   });
 
   test('an edit that does not recompute the hash is named by its row', async () => {
