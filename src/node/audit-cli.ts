@@ -1,8 +1,8 @@
 /**
  * `npm run audit -- <command>` (also `npx warrant audit <command>`), straight from the database:
  *
- *   verify [TENANT_NAME] [--checkpoints FILE|DIR] [--keys JWKS_FILE]
- *       Checks every tenant's (or one tenant's) audit rows, chains and leaf order against the signed
+ *   verify [TENANT] [--checkpoints FILE|DIR] [--keys JWKS_FILE]
+ *       Checks every tenant's (or one tenant's, by name or id) audit rows, chains and leaf order against the signed
  *       checkpoints exported outside the database (default: WARRANT_CHECKPOINT_DIR, one
  *       <tenant id>.jsonl each), using only the audit public keys (a JWK set file, as
  *       /.well-known/warrant-audit-keys.json serves; default: the local audit key ring). Also reports
@@ -32,7 +32,7 @@ import { keyFile, loadKeys } from './keyfile.js';
 const COMMAND = 'npm run audit';
 const HELP = {
   verify:
-    'verify [TENANT_NAME] [--checkpoints FILE|DIR] [--keys JWKS_FILE]\n' +
+    'verify [TENANT] [--checkpoints FILE|DIR] [--keys JWKS_FILE]\n' +
     '      check the audit rows and chains against the exported signed checkpoints; exit 1 naming the first bad row',
   checkpoint: 'checkpoint\n      make one checkpoint round now (for deployments whose servers do not)',
   receipt: 'receipt verify [FILE] --keys JWKS_FILE\n      verify a receipt (FILE or stdin) offline',
@@ -85,7 +85,7 @@ function exported(given: string | undefined, sinkDir: string, tenant: TenantReco
   if (given !== undefined && !existsSync(given)) throw new UsageError(`--checkpoints ${given}: no such file or directory`);
   const path = given ?? sinkDir;
   const isDir = given === undefined || statSync(given).isDirectory();
-  if (!isDir && !single) throw new UsageError('--checkpoints FILE needs a TENANT_NAME; give a directory for every tenant');
+  if (!isDir && !single) throw new UsageError('--checkpoints FILE needs a TENANT; give a directory for every tenant');
   const file = isDir ? sinkFile(path, tenant.id) : path;
   if (!existsSync(file)) return null;
   const parsed = parseLines(readFileSync(file, 'utf8'));
@@ -110,7 +110,7 @@ async function verify(config: Config, store: Store, args: string[]): Promise<num
   if (rest.length > 1) throw new UsageError(USAGE);
   const name = rest[0];
   const keys = await auditKeysFrom(config, options.get('--keys'));
-  const tenants = (await store.listTenants()).filter((t) => name === undefined || t.name === name);
+  const tenants = (await store.listTenants()).filter((t) => name === undefined || t.name === name || t.id === name);
   if (tenants.length === 0) throw new UsageError(name === undefined ? 'no tenants' : `no tenant named ${name}`);
   let allOk = true;
   for (const t of tenants) {

@@ -84,6 +84,12 @@ describe.each(BACKENDS)('npm run audit -- verify on %s', (backend) => {
     const onlyBeta = await runCli('audit-cli.ts', ['verify', 'beta'], env);
     expect(onlyBeta.code).toBe(0);
     expect(onlyBeta.stdout).not.toMatch(/alpha/);
+    // By id too: a database writer can rename tenants, never change an id the files are named by.
+    const alphaId = await withDatabase(async (store) => (await store.listTenants()).find((t) => t.name === 'alpha')?.id as string);
+    const byId = await runCli('audit-cli.ts', ['verify', alphaId], env);
+    expect(byId.code).toBe(1);
+    expect(byId.stdout).toMatch(/^TAMPERED\talpha\t/m);
+    expect(byId.stdout).not.toMatch(/beta/);
     expect((await runCli('audit-cli.ts', ['verfy'], env)).code).toBe(2);
   }, 60_000);
 });
