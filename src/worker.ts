@@ -12,7 +12,7 @@
  */
 import { drizzle } from 'drizzle-orm/postgres-js';
 import postgres from 'postgres';
-import { KeyRingError, loadKeyRing, type KeyRing } from './crypto/keys.js';
+import { assertDisjoint, KeyRingError, loadKeyRing, type KeyRing } from './crypto/keys.js';
 import { createApp } from './http/app.js';
 import { unavailable } from './service/errors.js';
 import { Store, type Db } from './store/store.js';
@@ -80,10 +80,11 @@ export async function handle(request: Request, env: Env): Promise<Response> {
   try {
     keys = await keyRing(secret);
     auditKeys = auditSecret === undefined || auditSecret === '' ? undefined : await keyRing(auditSecret);
+    if (auditKeys !== undefined) assertDisjoint(keys, auditKeys);
   } catch (e) {
     // A KeyRingError says what is wrong with the set; a JSON SyntaxError's message may quote the secret.
     const error = e instanceof KeyRingError ? e.message : e instanceof Error ? e.name : 'unknown';
-    log({ level: 'error', msg: 'WARRANT_SIGNING_KEYS or WARRANT_AUDIT_KEYS is not a usable JWK set', error });
+    log({ level: 'error', msg: 'WARRANT_SIGNING_KEYS or WARRANT_AUDIT_KEYS is not a usable JWK set, or they share a key', error });
     return notServing(request);
   }
   // Workers cannot share a socket between requests, so each request gets its own small client;

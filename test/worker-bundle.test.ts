@@ -277,6 +277,17 @@ describe('the Workers bundle', () => {
         30_000,
       );
 
+      test('one ring in both secrets is refused: whoever held a token key could sign checkpoints', async () => {
+        const worker = await startWorker({ bindings: { DATABASE_URL: database.url as string, WARRANT_SIGNING_KEYS: RING, WARRANT_AUDIT_KEYS: RING } });
+        try {
+          const ready = await worker.call('GET', '/readyz');
+          expect([ready.status, ready.body.error.code]).toEqual([503, 'unavailable']);
+          expect(worker.logs()).toContain('share a key');
+        } finally {
+          await worker.close();
+        }
+      }, 30_000);
+
       test('a tool registered and called through the bundle: invalid args denied, valid ones granted, an irreversible call approved', async () => {
         const worker = await startWorker({ bindings: { DATABASE_URL: database.url as string, WARRANT_SIGNING_KEYS: RING } });
         try {

@@ -42,6 +42,16 @@ async function importKey(jwk: JWK): Promise<CryptoKey> {
   }
 }
 
+/**
+ * Refuses (KeyRingError) an audit ring that shares a key with the token ring: whoever holds the audit
+ * key could then mint tokens, and whoever holds a token key sign checkpoints.
+ */
+export function assertDisjoint(tokens: KeyRing, audit: KeyRing): void {
+  const tokenKeys = new Set(tokens.jwks.keys.map((k) => k.x));
+  if (audit.jwks.keys.some((k) => tokenKeys.has(k.x)))
+    throw new KeyRingError('the audit key ring shares a key with the token signing ring: give each its own keys');
+}
+
 /** Builds a ring from a JWK set of Ed25519 keys (private ones sign, public-only ones verify). */
 export async function loadKeyRing(set: { keys?: unknown }): Promise<KeyRing> {
   if (!Array.isArray(set.keys) || set.keys.length === 0) throw new KeyRingError('the key set has no keys');

@@ -23,6 +23,7 @@ import { loadDocsAssets } from './docs-assets.js';
 import { FileSink } from './file-sink.js';
 
 import { loadKeys } from './keyfile.js';
+import { assertDisjoint } from '../crypto/keys.js';
 import { ensureOwnDir } from './owned.js';
 import { useNativeBase64url, useNativeSha256 } from './native-hash.js';
 
@@ -71,10 +72,7 @@ async function main(): Promise<void> {
 
   const keys = await loadKeys(config, log);
   const auditKeys = await loadKeys(config, log, 'audit');
-  // A key in both rings would let whoever holds the audit key mint tokens, and the reverse.
-  const tokenKeys = new Set(keys.jwks.keys.map((k) => k.x));
-  if (auditKeys.jwks.keys.some((k) => tokenKeys.has(k.x)))
-    throw new Error('the audit key ring shares a key with the token signing ring: give each its own keys');
+  assertDisjoint(keys, auditKeys);
   // Refused now rather than at the first checkpoint: a sink others can write is no evidence.
   ensureOwnDir(config.checkpointDir, 'the checkpoint directory');
   const metrics = new Metrics();
