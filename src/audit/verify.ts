@@ -40,6 +40,8 @@ export type AuditReport =
       readonly checkpoint: { readonly n: number; readonly size: number; readonly root: string; readonly at: string } | null;
       /** Rows not yet covered by a checkpoint: they hold only against those who cannot rewrite the database. */
       readonly uncovered: number;
+      /** When the oldest of those rows was decided (ISO 8601), or null: alarm when it is older than a few intervals. */
+      readonly oldestUncoveredAt: string | null;
     }
   | {
       readonly ok: false;
@@ -59,7 +61,15 @@ export async function verifyAudit(keys: AuditKeys, tenantId: string, data: Audit
   const log = await verifyCheckpointLog(keys, tenantId, data.checkpoints);
   if (!log.ok) return { ok: false, entries: chain.entries, firstBadCheckpoint: log.badCheckpoint, reason: log.reason };
   const last = log.checkpoints[log.checkpoints.length - 1];
-  if (last === undefined) return { ok: true, entries: chain.entries, trees: chain.trees, checkpoint: null, uncovered: chain.entries };
+  if (last === undefined)
+    return {
+      ok: true,
+      entries: chain.entries,
+      trees: chain.trees,
+      checkpoint: null,
+      uncovered: chain.entries,
+      oldestUncoveredAt: oldestUncovered(hashes, new Map()),
+    };
 
   const { leaves, problem } = leavesOf(data.ranges, hashes, last.size);
   // The earliest failure wins: a checkpoint whose rows are all there but hash to another root comes
@@ -78,7 +88,28 @@ export async function verifyAudit(keys: AuditKeys, tenantId: string, data: Audit
     trees: chain.trees,
     checkpoint: { n: last.n, size: last.size, root: last.root, at: last.at },
     uncovered: chain.entries - last.size,
+    oldestUncoveredAt: oldestUncovered(hashes, coveredSeqs(data.ranges, last.size)),
   };
+}
+
+/** Each tree's last seq the checkpoint of `size` leaves covers. */
+function coveredSeqs(ranges: readonly LeafRange[], size: number): Map<string, number> {
+  const covered = new Map<string, number>();
+  for (const r of ranges) if (r.leafStart < size) covered.set(r.treeId, r.toSeq);
+  return covered;
+}
+
+/**
+ * The date of the oldest row past `covered`, or null when there is none. A row that stays uncovered
+ * holds only against those who cannot write the database: a transaction kept open on a tree's head
+ * keeps the checkpointer from covering it, and this is how a monitor sees that.
+ */
+function oldestUncovered(rows: ReadonlyMap<string, readonly Leaf[]>, covered: ReadonlyMap<string, number>): string | null {
+  let oldest = Infinity;
+  for (const [treeId, tree] of rows) {
+    for (let i = covered.get(treeId) ?? 0; i < tree.length; i++) oldest = Math.min(oldest, (tree[i] as Leaf).at);
+  }
+  return oldest === Infinity ? null : new Date(oldest).toISOString();
 }
 
 /** What the leaves and the dates need of a row. */

@@ -130,6 +130,8 @@ export type AuditVerification =
       readonly checkpoint: { readonly n: number; readonly size: number; readonly root: string; readonly at: string } | null;
       readonly covered: number;
       readonly uncovered: number;
+      /** When the oldest uncovered row was decided, or null when every row is covered. */
+      readonly oldest_uncovered_at: string | null;
     }
   | { readonly ok: false; readonly entries: number; readonly first_bad_id?: string; readonly first_bad_checkpoint?: number; readonly reason: string };
 

@@ -133,7 +133,15 @@ export const EXAMPLES = {
       { root_trajectory_id: 't-1', first_at: '2026-12-03T07:17:27.412Z', last_at: '2026-12-03T07:21:40.007Z', grants: 4, denials: 3, calls: 1, spent: 0.1 },
     ],
   },
-  verified: { ok: true, entries: 7, trees: 1, checkpoint: { n: 1, size: 7, root: HASH, at: '2026-12-04T18:20:11.412Z' }, uncovered: 0, covered: 7 },
+  verified: {
+    ok: true,
+    entries: 7,
+    trees: 1,
+    checkpoint: { n: 1, size: 7, root: HASH, at: '2026-12-04T18:20:11.412Z' },
+    uncovered: 0,
+    covered: 7,
+    oldest_uncovered_at: null,
+  },
   receipt: {
     audit_id: entry.id,
     row: {

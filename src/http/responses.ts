@@ -200,7 +200,15 @@ export const TrajectoryList = z
 
 const Checkpoint = z.object({ n: z.int().min(1), size: Count, root: Hex, at: DateTime });
 const VerifyOk = z
-  .object({ ok: z.literal(true), entries: Count, trees: Count, checkpoint: Checkpoint.nullable(), uncovered: Count, covered: Count })
+  .object({
+    ok: z.literal(true),
+    entries: Count,
+    trees: Count,
+    checkpoint: Checkpoint.nullable(),
+    uncovered: Count,
+    covered: Count,
+    oldest_uncovered_at: DateTime.nullable(),
+  })
   .openapi('AuditVerified');
 const VerifyFailed = z
   .object({ ok: z.literal(false), entries: Count, first_bad_id: Id.optional(), first_bad_checkpoint: z.int().min(1).optional(), reason: z.string() })

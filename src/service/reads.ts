@@ -75,7 +75,10 @@ export class Reads {
       this.verifying.set(tenantId, running);
     }
     const report = await running;
-    if (report.ok) return { status: 200, body: { ...report, covered: report.entries - report.uncovered } };
+    if (report.ok) {
+      const { oldestUncoveredAt, ...rest } = report;
+      return { status: 200, body: { ...rest, covered: report.entries - report.uncovered, oldest_uncovered_at: oldestUncoveredAt } };
+    }
     const { firstBadId, firstBadCheckpoint, ...rest } = report;
     return {
       status: 200,

@@ -92,6 +92,13 @@ describe.each(BACKENDS)('audit checkpoints on %s', (backend) => {
     expect(await h.checkpoint('b')).toBeNull();
   });
 
+  test('verify dates the oldest uncovered row, so a monitor can see rows kept out of checkpoints; null once all are covered', async () => {
+    const [newest] = await exec(sql`SELECT at FROM audit WHERE tenant_id = ${h.tenantIds.a} ORDER BY pos DESC LIMIT 1`);
+    expect((await verify()).oldest_uncovered_at).toBe(new Date(newest?.at as string).toISOString());
+    expect(await h.checkpoint()).toMatchObject({ n: 3, payload: { size: 16 } });
+    expect(await verify()).toMatchObject({ ok: true, uncovered: 0, oldest_uncovered_at: null });
+  });
+
   test('each row is one leaf: the ranges cover every tree from seq 1 without gap or overlap', async () => {
     const ranges = await exec(
       sql`SELECT tree_id, from_seq::int AS f, to_seq::int AS t, leaf_start::int AS s FROM audit_ranges WHERE tenant_id = ${h.tenantIds.a} ORDER BY leaf_start`,
