@@ -49,6 +49,12 @@ export interface AppDeps {
   readonly deadlineMs?: number;
   /** Most decision requests (mint, attenuate, approve, revoke) pending at once; beyond it, 503 at once. */
   readonly maxPending?: number;
+  /**
+   * Subscribes the API-key cache to revocations made anywhere (Store.revokeApiKey's notice): `forget`
+   * gets the revoked key's id, or null when notices may have been missed (drop every cached key).
+   * Without it, a key revoked elsewhere is accepted here until its cache entry expires (30 s).
+   */
+  readonly keyRevocations?: (forget: (keyId: string | null) => void) => void;
   /** Swagger UI's files for GET /docs (the Node entry reads them from swagger-ui-dist); without them there is no /docs. */
   readonly docsAssets?: DocsAssets;
 }
@@ -350,6 +356,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     ...(deps.checkpointIntervalS === undefined ? {} : { checkpointIntervalS: deps.checkpointIntervalS }),
   });
   const auth = new Authenticator(deps.store, () => deps.now().getTime());
+  deps.keyRevocations?.((keyId) => (keyId === null ? auth.forgetAll() : auth.forget(keyId)));
   const readiness = new ReadinessProbe(() => deps.store.canCommit());
   // Load shedding counts whole decision requests, not only the writer's queue: during a stall they
   // pile up as much on their idempotency claims as on the writer.

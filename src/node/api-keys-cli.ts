@@ -15,7 +15,7 @@ const COMMAND = 'npm run api-keys';
 const HELP = {
   create: 'create TENANT NAME --role ROLE [--role ROLE …] [--ttl-s SECONDS]   a new key, printed alone on the last line (shown once)',
   list: 'list TENANT                                                        the keys of a tenant, without secrets (JSON lines)',
-  revoke: 'revoke TENANT KEY_ID                                               revoke a key (servers stop accepting it within 30 s)',
+  revoke: 'revoke TENANT KEY_ID                                               revoke a key (Node servers refuse it at once, others within 30 s)',
 };
 const USAGE = `usage: warrant api-keys COMMAND (or, in a checkout: ${COMMAND} -- COMMAND)
   ${HELP.create}
@@ -68,7 +68,7 @@ async function run(store: Store, p: Parsed): Promise<number> {
       console.error(`tenant ${p.tenant} has no key ${p.arg}`);
       return 1;
     }
-    console.log(`revoked ${key.id} (${key.name}); running servers stop accepting it within 30 s`);
+    console.log(`revoked ${key.id} (${key.name}); Node servers on this database refuse it at once, others (Workers) within 30 s`);
     return 0;
   }
   const expiresAt = p.ttlS === undefined ? null : new Date(now.getTime() + p.ttlS * 1000);

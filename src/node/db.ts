@@ -14,7 +14,7 @@ import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
 import { migrate as migratePostgres } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
 import type { PoolUse } from '../http/metrics.js';
-import type { Db } from '../store/store.js';
+import { KEY_REVOKED_CHANNEL, type Db } from '../store/store.js';
 import { DEFAULT_STATEMENT_TIMEOUT_MS, type Config } from './config.js';
 import { ensurePrivateDir, lockDataDir } from './datadir.js';
 
@@ -29,6 +29,8 @@ export interface Database {
   readonly pglite?: PGlite;
   /** PostgreSQL only: this process's connections by state, for GET /metrics. */
   readonly poolUse?: () => Promise<PoolUse>;
+  /** Tells `forget` of every API key revoked from now on, anywhere (AppDeps.keyRevocations); ends with close(). */
+  readonly listenKeyRevocations: (forget: (keyId: string | null) => void) => void;
   migrate(): Promise<void>;
   close(): Promise<void>;
 }
@@ -96,9 +98,13 @@ function openPostgres(url: string, max: number, timeoutMs: number): Database {
       idle_in_transaction_session_timeout: timeoutMs,
     },
   });
+  const listeners: { stop(): Promise<void> }[] = [];
   return {
     kind: 'postgres',
     db: drizzlePostgres(client),
+    listenKeyRevocations(forget) {
+      listeners.push(listenForRevocations(url, `${applicationName}-listen`, forget));
+    },
     async poolUse() {
       const rows = await client<{ state: string; n: number }[]>`
         SELECT coalesce(state, 'unknown') AS state, count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${applicationName} GROUP BY 1`;
@@ -116,7 +122,64 @@ function openPostgres(url: string, max: number, timeoutMs: number): Database {
       }
     },
     async close() {
+      await Promise.all(listeners.map((l) => l.stop()));
       await client.end({ timeout: 5 });
+    },
+  };
+}
+
+const RELISTEN_MS = 1000;
+
+/**
+ * LISTENs for revoked API keys on a connection of its own, kept open for good. postgres.js's own
+ * `listen` gives up for good when one reconnection fails, so this one tries again every RELISTEN_MS
+ * until it listens. Whenever it stops listening or starts again, notices may have been missed:
+ * `forget(null)` then drops every cached key, which the next request looks up afresh.
+ */
+function listenForRevocations(url: string, applicationName: string, forget: (keyId: string | null) => void): { stop(): Promise<void> } {
+  let stopped = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  // `onnotify` is the option postgres.js's own `listen` builds its connection with (src/index.js);
+  // its types leave it out.
+  const options: postgres.Options<Record<string, never>> & { onnotify: (channel: string, payload: string) => void } = {
+    max: 1,
+    idle_timeout: 0,
+    max_lifetime: null,
+    connect_timeout: 5,
+    fetch_types: false,
+    onnotice: () => {},
+    connection: { application_name: applicationName },
+    onnotify: (channel, payload) => {
+      if (channel === KEY_REVOKED_CHANNEL) forget(payload);
+    },
+    onclose: () => {
+      forget(null);
+      again();
+    },
+  };
+  const conn = postgres(url, options);
+  const again = (): void => {
+    if (stopped || timer !== undefined) return;
+    timer = setTimeout(() => {
+      timer = undefined;
+      void attempt();
+    }, RELISTEN_MS);
+    timer.unref();
+  };
+  const attempt = async (): Promise<void> => {
+    try {
+      await conn.unsafe(`LISTEN ${KEY_REVOKED_CHANNEL}`);
+      forget(null);
+    } catch {
+      again();
+    }
+  };
+  void attempt();
+  return {
+    async stop() {
+      stopped = true;
+      clearTimeout(timer);
+      await conn.end({ timeout: 1 });
     },
   };
 }
@@ -201,6 +264,13 @@ async function openPglite(o: DatabaseOptions): Promise<Database> {
     kind: 'pglite',
     db,
     pglite: client,
+    listenKeyRevocations(forget) {
+      // One process holds an embedded store, so revocations come from it; listened to all the same.
+      client.listen(KEY_REVOKED_CHANNEL, forget).then(
+        () => forget(null),
+        () => {},
+      );
+    },
     async migrate() {
       await migratePglite(drizzlePglite(client), { migrationsFolder: MIGRATIONS });
     },

@@ -102,6 +102,7 @@ async function main(): Promise<void> {
     deadlineMs: config.deadlineMs,
     maxPending: config.maxPending,
     docsAssets: loadDocsAssets(),
+    keyRevocations: (forget) => database.listenKeyRevocations(forget),
   });
 
   const checkpointer = new Checkpointer({

@@ -2,7 +2,9 @@
  * Tenants and authentication. A key is `wk.<key id>.<secret>`: the key id finds the key (and its
  * tenant), and the SHA-256 of the whole key is compared in constant time with the stored hash (the
  * key itself is never stored). Keys found are cached for `ttlMs` (30 s): a key revoked through this
- * instance is dropped from its cache at once; other instances stop accepting it within the TTL.
+ * instance is dropped from its cache at once, and so is one revoked anywhere else (another instance,
+ * the CLI) on an instance told of it (AppDeps.keyRevocations: on Node, PostgreSQL's LISTEN). Instances
+ * not told (Workers, or while the listening connection is down) stop accepting it within the TTL.
  */
 import { constantTimeEqual, newId, sha256Hex } from '../crypto/hash.js';
 import type { ApiKeyRecord, Store, TenantRecord } from '../store/store.js';
@@ -54,5 +56,10 @@ export class Authenticator {
   /** Drops a key from this instance's cache: its revocation holds here from the next request. */
   forget(keyId: string): void {
     this.cache.delete(keyId);
+  }
+
+  /** Drops every cached key: revocations may have been missed (the listening connection was down). */
+  forgetAll(): void {
+    this.cache.clear();
   }
 }

@@ -10,6 +10,9 @@ import type { ChainHead } from './audit.js';
 import type { BatchConn } from './batch.js';
 import { apiKeys, approvals, audit, auditHeads, capabilities, idempotency, tenants, tools } from './schema.js';
 
+/** The NOTIFY channel a revoked API key's id is sent on (Store.revokeApiKey). */
+export const KEY_REVOKED_CHANNEL = 'warrant_api_key_revoked';
+
 // Both drivers' databases and transactions share these shapes; their result kinds differ only for
 // raw `execute`, whose result this module never reads.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -382,16 +385,23 @@ export class Store {
   }
 
   /** Revokes a key of the tenant (the first revocation time stays); null when the tenant has no such key. */
+  /**
+   * Revokes a key and tells every instance listening on KEY_REVOKED_CHANNEL (the notice is sent when
+   * the revocation commits, and only then), so their caches drop it at once rather than within their TTL.
+   */
   async revokeApiKey(tenantId: string, keyId: string, at: Date): Promise<ApiKeyRecord | null> {
-    await this.db
-      .update(apiKeys)
-      .set({ revokedAt: at })
-      .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId), isNull(apiKeys.revokedAt)));
-    const [row] = await this.db
-      .select()
-      .from(apiKeys)
-      .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId)));
-    return row ?? null;
+    return this.db.transaction(async (tx) => {
+      await tx
+        .update(apiKeys)
+        .set({ revokedAt: at })
+        .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId), isNull(apiKeys.revokedAt)));
+      const [row] = await tx
+        .select()
+        .from(apiKeys)
+        .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId)));
+      if (row !== undefined) await tx.execute(sql`SELECT pg_notify(${KEY_REVOKED_CHANNEL}, ${keyId})`);
+      return row ?? null;
+    });
   }
 
   async tenantByName(name: string): Promise<TenantRecord | null> {

@@ -1,12 +1,16 @@
 /**
  * Scoped API keys over HTTP (issue 14): roles per route, 403 `forbidden` naming the roles needed
  * (nothing granted, audited with the key id and request id), key management for admins only,
- * revocation at once on the instance that revoked and within the cache TTL elsewhere, expiry, and
- * the key id and request id on every audit row.
+ * revocation at once on the instance that revoked, on instances listening for it, and within the cache
+ * TTL elsewhere, expiry, and the key id and request id on every audit row.
  */
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { sql } from 'drizzle-orm';
+import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
 import { createApp } from '../../src/http/app.js';
+import { openDatabase, type Database } from '../../src/node/db.js';
 import { KEY_CACHE_TTL_MS } from '../../src/service/tenants.js';
+import { Store } from '../../src/store/store.js';
+import { DecisionWriter } from '../../src/store/writer.js';
 import { BACKENDS } from '../support/db.js';
 import { mintBody, startHarness, type Called, type Harness } from '../support/app.js';
 
@@ -161,6 +165,48 @@ describe.each(BACKENDS)('API keys on %s', (backend) => {
     h.clock.advance(KEY_CACHE_TTL_MS / 1000 + 1);
     expect(await onOther()).toBe(401);
   });
+
+  test('a key revoked by another instance or straight in the database stops at once where revocations are listened to', async () => {
+    // Another instance: on PostgreSQL a pool (and listening connection) of its own; PGlite has one process.
+    const second: Database = backend === 'postgres' ? await openDatabase({ databaseUrl: h.database.url, poolSize: 2 }) : h.database;
+    try {
+      const other = createApp({
+        store: new Store(second.db),
+        writer: new DecisionWriter(second.db, { now: h.clock.now }),
+        keys: h.keys,
+        now: h.clock.now,
+        keyRevocations: (forget) => second.listenKeyRevocations(forget),
+      });
+      const onOther = async (key: string): Promise<number> =>
+        (
+          await other.request('/v1/capabilities', {
+            method: 'POST',
+            headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+            body: JSON.stringify(mintBody({ trajectory_id: `k-${++seq}` })),
+          })
+        ).status;
+      // Each round: a key cached there, revoked here; the clock stands still, so no TTL expires.
+      const round = async (revoke: (keyId: string) => Promise<void>): Promise<void> => {
+        const created = await h.call('POST', '/v1/api-keys', { name: 'revoked-elsewhere', roles: ['runtime'] });
+        const key = created.body.api_key as string;
+        expect(await onOther(key)).toBe(201);
+        await revoke(created.body.key_id as string);
+        await vi.waitFor(async () => expect(await onOther(key)).toBe(401), { timeout: 10_000, interval: 50 });
+      };
+      await round(async (id) => expect((await h.call('DELETE', `/v1/api-keys/${id}`)).status).toBe(200));
+      // As `npm run api-keys -- revoke` does, with no server involved; the listener is up by now.
+      await round(async (id) => void (await h.store.revokeApiKey(h.tenantIds.a, id, h.clock.now())));
+      if (backend === 'postgres') {
+        // The listening connection cut: it listens again, and what it may have missed is dropped.
+        await second.db.execute(
+          sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE '%-listen' AND datname = current_database()`,
+        );
+        await round(async (id) => void (await h.store.revokeApiKey(h.tenantIds.a, id, h.clock.now())));
+      }
+    } finally {
+      if (second !== h.database) await second.close();
+    }
+  }, 30_000);
 
   test('an expired key is refused', async () => {
     const created = await h.call('POST', '/v1/api-keys', { name: 'short', roles: ['auditor'], ttl_s: 60 });
