@@ -313,7 +313,11 @@ describe('the Workers bundle', () => {
           const call = { token, tool: 'shell', args: { command: 'make', cwd: '/workspace', timeout_ms: 60000 }, cost: 1, call_id: 'w-1' };
           const pending = await worker.call('POST', '/v1/approve', call, apiKey);
           expect(pending.body.decision).toBe('pending');
-          const resolved = await worker.call('POST', `/v1/approvals/${pending.body.approval_id}`, { decision: 'approve' }, apiKey);
+          // The key that asked may not approve its own call (self_approval); an approver's key may.
+          const self = await worker.call('POST', `/v1/approvals/${pending.body.approval_id}`, { decision: 'approve' }, apiKey);
+          expect([self.status, self.body.error.code]).toEqual([403, 'self_approval']);
+          const approver = (await worker.call('POST', '/v1/api-keys', { name: 'approver', roles: ['approver'] }, apiKey)).body.api_key as string;
+          const resolved = await worker.call('POST', `/v1/approvals/${pending.body.approval_id}`, { decision: 'approve' }, approver);
           expect([resolved.status, resolved.body.outcome.decision]).toEqual([200, 'grant']);
           const repeated = await worker.call('POST', '/v1/approve', call, apiKey);
           expect([repeated.body.decision, repeated.body.budget_remaining]).toEqual(['grant', 9]);

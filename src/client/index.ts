@@ -79,6 +79,8 @@ export interface Approval {
   readonly target: RawTarget;
   readonly args: Record<string, unknown>;
   readonly cost: number;
+  /** The API key id that asked for the call: it may not resolve it (403 `self_approval`). */
+  readonly requested_by: string | null;
   readonly created_at: string;
   readonly expires_at: string;
   readonly resolved_at: string | null;

@@ -252,7 +252,8 @@ const routes = {
     summary: 'Approve or reject a call waiting for a person (approver, admin)',
     description:
       'Approving decides the call as approve would now and charges it, in the transaction that writes its audit row, once. ' +
-      'The same resolution again answers the approval as it stands; the other one, or any after it expired, is 409 `approval_resolved`.',
+      'The same resolution again answers the approval as it stands; the other one, or any after it expired, is 409 `approval_resolved`. ' +
+      'The API key that asked for the call may not resolve it: 403 `self_approval` (audited).',
     request: { params: z.strictObject({ id: Id }), body: body(ResolveBody, EXAMPLES.resolve) },
     responses: RESPONSES.resolveApproval,
   }),

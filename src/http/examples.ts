@@ -205,6 +205,7 @@ export const EXAMPLES = {
     target: { kind: 'path', path: '/workspace/t-1' },
     args: { command: 'rm -rf build', cwd: '/workspace/t-1', timeout_ms: 30000 },
     cost: 0.05,
+    requested_by: 'RHJpdmVyX2tl',
     created_at: '2026-12-03T07:18:02.114Z',
     expires_at: '2026-12-03T07:33:02.114Z',
     resolved_at: '2026-12-03T07:19:40.000Z',
@@ -236,6 +237,7 @@ export const EXAMPLES = {
       violations: [{ component: 'rights', code: 'right_widened', field: 'rights', detail: 'rights: write is not held by the parent' }],
     },
     not_found: { code: 'not_found', message: 'no such capability' },
+    self_approval: { code: 'self_approval', message: 'the API key that asked for this call may not resolve it: another approver must' },
     approval_resolved: { code: 'approval_resolved', message: 'the approval is already rejected', state: 'rejected' },
     tool_schema_refused: {
       code: 'tool_schema_refused',

@@ -125,6 +125,10 @@ export const Approval = z
     target: TargetRef,
     args: z.record(z.string(), z.unknown()),
     cost: z.number().min(0),
+    requested_by: z
+      .string()
+      .nullable()
+      .openapi({ description: 'The API key id that asked for the call (it may not resolve it: `self_approval`); null for calls asked before it was kept.' }),
     created_at: DateTime,
     expires_at: DateTime,
     resolved_at: DateTime.nullable(),
@@ -143,7 +147,7 @@ export const RevokeResponse = z
   .openapi('RevokeResponse');
 
 const AuditEvent = z.enum(['mint', 'attenuate', 'approve', 'revoke', 'access', 'approval', 'tool']);
-const ReasonCode = z.enum([...DENY_CODES, ...VIOLATION_CODES, 'forbidden']).openapi('ReasonCode');
+const ReasonCode = z.enum([...DENY_CODES, ...VIOLATION_CODES, 'forbidden', 'self_approval']).openapi('ReasonCode');
 const auditFields = {
   id: Id,
   at: DateTime,
@@ -281,6 +285,7 @@ const ERROR_KINDS = {
   invalid_request: errorKind('InvalidRequest', ['invalid_request'], { fields: z.array(FieldError).openapi({ description: 'Each failing field path.' }) }),
   unauthorized: errorKind('Unauthorized', ['unauthorized']),
   forbidden: errorKind('Forbidden', ['forbidden'], { required_roles: z.array(Role) }),
+  self_approval: errorKind('SelfApproval', ['self_approval']),
   attenuation_refused: errorKind('AttenuationRefused', ['attenuation_refused'], {
     violations: z
       .array(
@@ -385,7 +390,7 @@ export const RESPONSES = {
   getApproval: { 200: ok(Approval, 'the approval', EXAMPLES.approval), ...errors({ ...PARAM, 404: ['not_found'] }) },
   resolveApproval: {
     200: ok(Approval, 'the approval, resolved', EXAMPLES.approval),
-    ...errors({ ...POST, 404: ['not_found'], 409: ['approval_resolved'] }),
+    ...errors({ ...POST, 403: ['forbidden', 'self_approval'], 404: ['not_found'], 409: ['approval_resolved'] }),
   },
 };
 

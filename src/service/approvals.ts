@@ -9,6 +9,10 @@
  * in the same transaction as the grant's audit row, however often the driver repeats and however
  * many instances answer. Each step is an audit row: asked (`approve`, `pending`), resolved
  * (`approval`, by the approver's key), and the call's outcome (`approve`, grant or deny).
+ *
+ * The key that asked for a call may not resolve it (403 `self_approval`, audited): a person's
+ * approval must come from another key, so a driver key that also holds the approver role (or a
+ * leaked admin key) cannot approve its own calls.
  */
 import { evaluateApprove, deny } from '../core/approve.js';
 import { fromMicro } from '../core/money.js';
@@ -41,6 +45,8 @@ export interface AskedCall {
   readonly target: CanonicalTarget;
   readonly args: Readonly<Record<string, unknown>>;
   readonly cost: bigint;
+  /** The API key (public id) that asked: it may not resolve the approval itself. */
+  readonly requestedBy: string | null;
 }
 
 const iso = (d: Date): string => d.toISOString();
@@ -74,6 +80,7 @@ export function approvalBody(r: ApprovalRecord): Record<string, unknown> {
     target: r.target,
     args: r.args,
     cost: fromMicro(BigInt(r.cost)),
+    requested_by: r.requestedBy,
     created_at: iso(r.createdAt),
     expires_at: iso(r.expiresAt),
     resolved_at: r.resolvedAt === null ? null : iso(r.resolvedAt),
@@ -103,6 +110,7 @@ export async function askApproval(tx: DecisionTx, tenantId: string, call: AskedC
     JSON.stringify(call.cap),
     iso(now),
     iso(expiresAt),
+    call.requestedBy,
   ]);
   return { id, expiresAt };
 }
@@ -127,9 +135,10 @@ export class Approvals {
   }
 
   /**
-   * Approves or rejects a pending call (an approver's or admin's key). Approving decides the call as
-   * approve would now (the capability may have been revoked or spent meanwhile) and charges it.
-   * Repeating the same resolution answers the approval as it stands; another one is 409.
+   * Approves or rejects a pending call (an approver's or admin's key other than the one that asked
+   * for it: 403 `self_approval` otherwise). Approving decides the call as approve would now (the
+   * capability may have been revoked or spent meanwhile) and charges it. Repeating the same
+   * resolution answers the approval as it stands; another one is 409.
    */
   async resolve(
     tenantId: string,
@@ -139,6 +148,8 @@ export class Approvals {
     deadline?: Deadline,
   ): Promise<Reply> {
     const r = await this.guard(() => this.find(tenantId, id));
+    // requested_by is written once, with the row, so reading it outside the unit's lock is enough.
+    if (r.requestedBy !== null && caller?.keyId === r.requestedBy) throw await this.refuseSelf(r, how.decision, caller, deadline);
     if (r.state === 'pending' && r.expiresAt.getTime() <= this.now().getTime()) await this.settle(r, null, caller, deadline);
     else if (r.state === 'pending') await this.settle(r, how, caller, deadline);
     const after = await this.guard(() => this.find(tenantId, id));
@@ -281,6 +292,28 @@ export class Approvals {
         deadline,
       ),
     );
+  }
+
+  /** Audits a resolution by the key that asked for the call (on its capability's tree), then returns the 403 to throw. */
+  private async refuseSelf(r: ApprovalRecord, decision: Resolution, caller: CallerIds, deadline?: Deadline): Promise<ApiError> {
+    const audit: AuditDraft = {
+      id: newId('aud'),
+      event: 'approval',
+      decision: 'deny',
+      reasonCode: 'self_approval',
+      capabilityId: r.capabilityId,
+      parentId: (r.claims as VerifiedCapability).parent,
+      trajectoryId: r.trajectoryId,
+      op: r.op,
+      target: r.target,
+      cost: BigInt(r.cost),
+      callId: r.callId,
+      detail: { approval_id: r.id, tool: r.tool, tool_version: r.toolVersion, resolution: decision === 'approve' ? 'approved' : 'rejected' },
+    };
+    await this.guard(() =>
+      this.writer.submit({ tenantId: r.tenantId, fence: null, chainOf: r.capabilityId, caller, run: async () => ({ result: null, audit }) }, deadline),
+    );
+    return new ApiError(403, 'self_approval', 'the API key that asked for this call may not resolve it: another approver must');
   }
 
   private async guard<R>(f: () => Promise<R>): Promise<R> {

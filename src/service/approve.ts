@@ -146,7 +146,7 @@ export class Approver {
     const verified = await this.kit.tokens.verify(token);
     if (!verified.ok) {
       const d = deny(verified.code, verified.message);
-      return this.reply(await this.kit.guard(() => this.kit.submitAs(caller, this.unit(tenantId, null, null, req, callId, d), deadline)));
+      return this.reply(await this.kit.guard(() => this.kit.submitAs(caller, this.unit(tenantId, null, null, req, callId, d, null), deadline)));
     }
     const cap = verified.capability;
     if (cap.tenant !== tenantId || denied !== null) {
@@ -154,7 +154,7 @@ export class Approver {
       const mismatch = cap.tenant !== tenantId;
       const d = mismatch ? deny('tenant_mismatch', 'the capability belongs to another tenant') : (denied as Deny);
       const owner = mismatch ? null : cap;
-      return this.reply(await this.kit.guard(() => this.kit.submitAs(caller, this.unit(tenantId, null, owner, req, callId, d), deadline)));
+      return this.reply(await this.kit.guard(() => this.kit.submitAs(caller, this.unit(tenantId, null, owner, req, callId, d, null), deadline)));
     }
     // Hashed only when a call_id asks for idempotency: it is on every approval's path otherwise.
     const requestHash =
@@ -164,7 +164,7 @@ export class Approver {
     const outcome = await this.kit.idempotent(
       { tenantId, scope: 'approve', key: idemKey === undefined ? undefined : `${cap.id}:${idemKey}` },
       requestHash,
-      (fence) => this.kit.submitAs(caller, this.unit(tenantId, fence, cap, req, callId, null), deadline),
+      (fence) => this.kit.submitAs(caller, this.unit(tenantId, fence, cap, req, callId, null, caller?.keyId ?? null), deadline),
       deadline,
     );
     if (!('replay' in outcome)) return this.reply(outcome.result);
@@ -184,6 +184,8 @@ export class Approver {
     req: Call,
     callId: string | null,
     preDenied: (Deny & { fields?: readonly ArgError[] }) | null,
+    // The asking key, kept on an approval so that it cannot resolve it itself.
+    askedBy: string | null,
   ): DecisionUnit<ApproveResult> {
     return {
       tenantId,
@@ -208,7 +210,16 @@ export class Approver {
               const asked = await askApproval(
                 tx,
                 tenantId,
-                { cap, tool: req.tool, callId, op: req.op as Right, target: req.target as CanonicalTarget, args: req.args, cost: req.cost },
+                {
+                  cap,
+                  tool: req.tool,
+                  callId,
+                  op: req.op as Right,
+                  target: req.target as CanonicalTarget,
+                  args: req.args,
+                  cost: req.cost,
+                  requestedBy: askedBy,
+                },
                 now,
               );
               decision = { decision: 'pending', approvalId: asked.id, expiresAt: asked.expiresAt };

@@ -10,6 +10,7 @@ export const ERROR_STATUS = {
   unauthorized: 401,
   forbidden: 403,
   attenuation_refused: 403,
+  self_approval: 403,
   not_found: 404,
   idempotency_conflict: 409,
   in_flight: 409,

@@ -261,6 +261,11 @@ export const approvals = pgTable(
     args: jsonb('args').notNull(),
     cost: micro('cost').notNull(),
     claims: jsonb('claims').notNull(),
+    /**
+     * The API key (public id) that asked for the call: it may not resolve the approval itself
+     * (`self_approval`). Null on rows asked before it was kept (migration 0005).
+     */
+    requestedBy: text('requested_by'),
     state: text('state', { enum: ['pending', 'approved', 'rejected', 'expired'] }).notNull(),
     createdAt: at('created_at').notNull(),
     expiresAt: at('expires_at').notNull(),

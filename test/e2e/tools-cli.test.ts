@@ -71,9 +71,14 @@ describe('warrant tools and approvals', () => {
     expect([asked.code, asked.json.decision]).toEqual([3, 'pending']);
     const pending = await warrant(['approvals', 'list'], env);
     expect(pending.json.approvals.map((a: { approval_id: string }) => a.approval_id)).toEqual([asked.json.approval_id]);
-    const approved = await warrant(['approvals', 'approve', asked.json.approval_id, '--note', 'fine'], env);
+    // The key that asked (the data directory's admin key) may not approve its own call; an approver's key may.
+    const self = await warrant(['approvals', 'approve', asked.json.approval_id], env);
+    expect([self.code, self.json.error.code]).toEqual([1, 'self_approval']);
+    const made = await server.call('POST', '/v1/api-keys', { name: 'approver', roles: ['approver'] });
+    const asApprover = { ...env, WARRANT_API_KEY: (made.body as { api_key: string }).api_key };
+    const approved = await warrant(['approvals', 'approve', asked.json.approval_id, '--note', 'fine'], asApprover);
     expect([approved.code, approved.json.state, approved.json.note, approved.json.outcome.decision]).toEqual([0, 'approved', 'fine', 'grant']);
-    expect((await warrant(['approvals', 'reject', asked.json.approval_id], env)).code).toBe(1);
+    expect((await warrant(['approvals', 'reject', asked.json.approval_id], asApprover)).code).toBe(1);
     const repeated = await warrant(['approve'], env, call);
     expect([repeated.code, repeated.json.decision, repeated.json.budget_remaining]).toEqual([0, 'grant', 0.75]);
     expect((await warrant(['approvals', 'get', asked.json.approval_id, '--wait', '1'], env)).json.state).toBe('approved');

@@ -146,6 +146,49 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     expect([late.status, late.body.error.code, late.body.error.state]).toEqual([409, 'approval_resolved', 'approved']);
   });
 
+  test('the key that asked for a call may not resolve it (403 self_approval, audited); another approver may', async () => {
+    // A key holding both roles (or a leaked driver key that was also made an approver) asks, then tries to approve.
+    const made = await h.call('POST', '/v1/api-keys', { name: 'driver-approver', roles: ['driver', 'approver'] });
+    const both = { key: made.body.api_key as string, id: made.body.key_id as string };
+    const cap = await mint();
+    const args = { command: 'rm -rf build', cwd: '/workspace/app', timeout_ms: 30000 };
+    const asked = await callOn(h.app, both.key, 'POST', '/v1/approve', { token: cap.token, tool: 'shell', args, cost: 0.5, call_id: 'run-self' });
+    expect(asked.body.decision).toBe('pending');
+    const id = asked.body.approval_id as string;
+    expect((await callOn(h.app, approver.key, 'GET', `/v1/approvals/${id}`)).body).toMatchObject({ state: 'pending', requested_by: both.id });
+
+    for (const [which, decision] of [
+      ['a', 'approve'],
+      ['b', 'approve'],
+      ['a', 'reject'],
+    ] as const) {
+      const r = await callOn(on(which), both.key, 'POST', `/v1/approvals/${id}`, { decision });
+      expect([r.status, r.body.error?.code]).toEqual([403, 'self_approval']);
+    }
+    // The admin key asks too, and may not approve its own call either.
+    const own = (await h.call('POST', '/v1/approve', { token: cap.token, tool: 'shell', args, cost: 0.5, call_id: 'run-self-admin' })).body;
+    const byAdmin = await h.call('POST', `/v1/approvals/${own.approval_id as string}`, { decision: 'approve' });
+    expect([byAdmin.status, byAdmin.body.error?.code]).toEqual([403, 'self_approval']);
+    const admin = (await h.call('GET', `/v1/approvals/${own.approval_id as string}`)).body.requested_by as string;
+    expect(admin).not.toBe(both.id);
+
+    expect((await callOn(h.app, approver.key, 'GET', `/v1/approvals/${id}`)).body).toMatchObject({ state: 'pending', resolved_by: null, outcome: null });
+    expect(await spend(cap.capability_id)).toEqual([0, 0]);
+    const refused = (await rows(cap.trajectory_id)).filter((e) => e.reason_code === 'self_approval');
+    expect(refused.map((e) => [e.event, e.decision, e.key_id, (e.detail as Body).approval_id])).toEqual([
+      ['approval', 'deny', both.id, id],
+      ['approval', 'deny', both.id, id],
+      ['approval', 'deny', both.id, id],
+      ['approval', 'deny', admin, own.approval_id],
+    ]);
+    expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+
+    // Another approver's key resolves it as usual.
+    const r = await resolve(id, 'approve');
+    expect(r.body).toMatchObject({ state: 'approved', requested_by: both.id, resolved_by: approver.id, outcome: { decision: 'grant' } });
+    expect(await spend(cap.capability_id)).toEqual([0.5, 1]);
+  });
+
   test('a rejected call is denied approval_rejected, with the note, and charges nothing', async () => {
     const cap = await mint();
     const id = (await shell(cap.token, 'run-r')).body.approval_id as string;

@@ -59,7 +59,7 @@ const API_VIOLATION_CODES = [
 const CODES_BY_STATUS: Record<string, string[]> = {
   400: ['invalid_request'],
   401: ['unauthorized'],
-  403: ['forbidden', 'attenuation_refused'],
+  403: ['forbidden', 'attenuation_refused', 'self_approval'],
   404: ['not_found'],
   409: ['idempotency_conflict', 'in_flight', 'not_yet_covered', 'approval_resolved'],
   413: ['payload_too_large'],
@@ -491,10 +491,15 @@ describe('GET /openapi.json, response side', () => {
       expect((await call('/v1/approvals', 'GET', '/v1/approvals?state=maybe')).status).toBe(400);
       expect((await call('/v1/approvals/{id}', 'GET', `/v1/approvals/${id}?wait_s=0`)).body.state).toBe('pending');
       expect((await call('/v1/approvals/{id}', 'GET', '/v1/approvals/apv_none')).status).toBe(404);
-      expect((await call('/v1/approvals/{id}', 'POST', `/v1/approvals/${id}`, { decision: 'approve', note: 'ok' })).body.outcome.decision).toBe('grant');
-      expect((await call('/v1/approvals/{id}', 'POST', `/v1/approvals/${id}`, { decision: 'reject' })).status).toBe(409);
-      expect((await call('/v1/approvals/{id}', 'POST', `/v1/approvals/${id}`, { decision: 'maybe' })).status).toBe(400);
-      expect((await call('/v1/approvals/{id}', 'POST', '/v1/approvals/apv_none', { decision: 'approve' })).status).toBe(404);
+      // The admin key asked for the call, so it may not approve it; another approver's key may.
+      expect((await call('/v1/approvals/{id}', 'POST', `/v1/approvals/${id}`, { decision: 'approve' })).body.error.code).toBe('self_approval');
+      const approver = await call('/v1/api-keys', 'POST', '/v1/api-keys', { name: 'approver-1', roles: ['approver'] });
+      const asApprover = { headers: { authorization: `Bearer ${approver.body.api_key}` } };
+      const approved = await call('/v1/approvals/{id}', 'POST', `/v1/approvals/${id}`, { decision: 'approve', note: 'ok' }, asApprover);
+      expect(approved.body.outcome.decision).toBe('grant');
+      expect((await call('/v1/approvals/{id}', 'POST', `/v1/approvals/${id}`, { decision: 'reject' }, asApprover)).status).toBe(409);
+      expect((await call('/v1/approvals/{id}', 'POST', `/v1/approvals/${id}`, { decision: 'maybe' }, asApprover)).status).toBe(400);
+      expect((await call('/v1/approvals/{id}', 'POST', '/v1/approvals/apv_none', { decision: 'approve' }, asApprover)).status).toBe(404);
       expect((await call('/v1/approve', 'POST', '/v1/approve', shell)).body).toMatchObject({ decision: 'grant', replayed: true });
       const rows = await call('/v1/audit', 'GET', '/v1/audit?trajectory_id=t-tools');
       expect(rows.body.entries.map((e: Json) => e.decision)).toContain('pending');
