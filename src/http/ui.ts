@@ -96,7 +96,9 @@ meter{width:9rem}
 .denials,.refusals{margin:.3rem 0 0;padding-left:1.2rem}
 .denial .code,.refusal .code{font-family:monospace;color:#b00020}
 .message{color:#444}
-#pending td.args{font-family:monospace;max-width:28rem;overflow-wrap:anywhere}#pending .side-effect{color:#842029;margin-left:.3rem}
+#pending td.args{max-width:28rem}
+#pending td.args pre{margin:0;max-height:12rem;overflow:auto;white-space:pre-wrap;overflow-wrap:anywhere}
+#pending .side-effect{color:#842029;margin-left:.3rem}
 #pending button{margin-right:.3rem}
 `;
 
@@ -178,13 +180,15 @@ async function loadApprovals() {
       b.addEventListener('click', () => void resolveApproval(a.approval_id, decision, note.value.trim()));
       return b;
     };
-    const args = JSON.stringify(a.args);
+    // Whole, never cut: what the approver does not see is what the approval lets through. Long args
+    // scroll inside their box (CSS max-height), one field a line.
+    const args = JSON.stringify(a.args, null, 2);
     const row = el('tr', {},
       el('td', { className: 'tool' }, a.tool + ' v' + a.tool_version, el('span', { className: 'side-effect', textContent: a.side_effect })),
       el('td', {}, linkTo(a.trajectory_id)),
       el('td', { className: 'call', textContent: a.call_id ?? '' }),
       el('td', { className: 'target', textContent: a.op + ' ' + describe(a.target) }),
-      el('td', { className: 'args', textContent: args.length > 400 ? args.slice(0, 400) + '…' : args }),
+      el('td', { className: 'args' }, el('pre', { textContent: args })),
       el('td', { className: 'num', textContent: fmt(a.cost) }),
       el('td', { className: 'at', textContent: a.expires_at }),
       el('td', {}, note),
