@@ -1,10 +1,10 @@
 /**
  * The embedded store's data directory: private to its owner (0700, nothing in it reachable by group
- * or others) and held by one process at a time (a lock file naming the holder's pid). PGlite keeps
- * the WAL and the commit log there; anyone who can write them can undo a committed revocation, and
- * two processes on one directory fork the audit chain.
+ * or others, no symbolic link in it or as it) and held by one process at a time (a lock file naming
+ * the holder's pid). PGlite keeps the WAL and the commit log there; anyone who can write them can
+ * undo a committed revocation, and two processes on one directory fork the audit chain.
  */
-import { closeSync, constants, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, constants, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, readlinkSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
 /** A refusal to start, with what to do about it; the entries print the message and exit with `exitCode`. */
@@ -23,7 +23,8 @@ const held = new Map<string, () => void>();
 
 /**
  * Creates `dir` 0700 when absent; otherwise checks that it and everything in it is closed to group
- * and others and owned by this user. Throws `StartupRefused` (saying how to fix it) when not.
+ * and others, that neither it nor anything in it is a symbolic link, and that it is owned by this
+ * user. Throws `StartupRefused` (naming the path and saying how to fix it) when not.
  */
 export function ensurePrivateDir(dir: string): void {
   let created = false;
@@ -35,11 +36,24 @@ export function ensurePrivateDir(dir: string): void {
   }
   if (created) return;
   const top = lstatSync(dir);
+  // Refused rather than followed: whoever controls the link or its target's path controls the data.
+  if (top.isSymbolicLink())
+    throw new StartupRefused(
+      `the data directory ${dir} is a symbolic link (to ${linkTarget(dir)}): its target is not checked and may be swapped. ` +
+        `Fix: set WARRANT_DATA_DIR to the real directory`,
+    );
   if (!top.isDirectory()) throw new StartupRefused(`the data directory ${dir} is not a directory`);
   const uid = process.getuid?.();
   if (uid !== undefined && top.uid !== uid)
     throw new StartupRefused(`the data directory ${dir} belongs to uid ${top.uid}, not to this user (uid ${uid}); run as its owner`);
-  const open = reachableByOthers(dir);
+  const { open, links } = reachableByOthers(dir);
+  if (links.length > 0) {
+    throw new StartupRefused(
+      `the data directory ${dir} holds ${links.length === 1 ? 'a symbolic link' : `${links.length} symbolic links, e.g. the symbolic link`} ` +
+        `${links[0]} (to ${linkTarget(links[0] as string)}): what it points to lies outside the directory's checks, where another user may ` +
+        `write it. Fix: remove it; the data directory holds its files itself`,
+    );
+  }
   if (open.length > 0) {
     throw new StartupRefused(
       `the data directory ${dir} is reachable by other users (${open.length} entr${open.length === 1 ? 'y' : 'ies'} with group or other ` +
@@ -49,17 +63,31 @@ export function ensurePrivateDir(dir: string): void {
   }
 }
 
-/** Paths under `dir` (itself included) with any group/other permission bit, depth first, without following links. */
-export function reachableByOthers(dir: string): string[] {
-  const out: string[] = [];
+/** Where a link points, for a message; `?` when it is gone already. */
+function linkTarget(path: string): string {
+  try {
+    return readlinkSync(path);
+  } catch {
+    return '?';
+  }
+}
+
+/**
+ * Paths under `dir` (itself included) that others may reach, depth first, without following links:
+ * `open`, with any group/other permission bit; `links`, symbolic links, whose own mode means nothing
+ * and whose targets lie outside this walk (another user's directory, or one swapped in later).
+ */
+export function reachableByOthers(dir: string): { open: string[]; links: string[] } {
+  const open: string[] = [];
+  const links: string[] = [];
   const stack = [dir];
   for (let path = stack.pop(); path !== undefined; path = stack.pop()) {
     const st = lstatSync(path);
-    if (st.isSymbolicLink()) continue; // a link's own mode means nothing; its target is checked where it lives
-    if ((st.mode & 0o077) !== 0) out.push(path);
+    if (st.isSymbolicLink()) links.push(path);
+    else if ((st.mode & 0o077) !== 0) open.push(path);
     if (st.isDirectory()) for (const name of readdirSync(path)) stack.push(join(path, name));
   }
-  return out;
+  return { open, links };
 }
 
 /** The process holding a data directory, as its lock file says. */

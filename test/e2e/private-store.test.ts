@@ -1,14 +1,15 @@
 /**
  * The embedded store is private and has one owner (issue 14): the data directory is 0700 with
  * nothing in it open to group or others (and, run as root, user `nobody` can read or write none of
- * it); a directory others can reach is refused; a second server or CLI on a held directory exits 2
+ * it); a directory others can reach is refused, and so is one that is, or holds, a symbolic link
+ * (its target escapes these checks); a second server or CLI on a held directory exits 2
  * naming the holder and opens nothing; a busy port stops the server before the database is opened.
  */
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, readFileSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
-import { reachableByOthers } from '../../src/node/datadir.js';
+import { ensurePrivateDir, reachableByOthers, StartupRefused } from '../../src/node/datadir.js';
 import { cleanupServers, runCli, seedDataDir, startServer, tempDir } from '../support/server.js';
 
 const mint = { trajectory_id: 't-p', rights: ['read'], objects: [{ kind: 'path', prefix: '/w' }], predicate: {}, ttl_s: 3600 };
@@ -41,12 +42,12 @@ describe('the embedded data directory', () => {
     try {
       expect((await server.call('POST', '/v1/capabilities', mint)).status).toBe(201);
       expect(statSync(dataDir).mode & 0o777).toBe(0o700);
-      expect(reachableByOthers(dataDir)).toEqual([]);
+      expect(reachableByOthers(dataDir)).toEqual({ open: [], links: [] });
       expect(server.logs()).toMatch(/"msg":"durability of the embedded database"/);
     } finally {
       expect(await server.stop()).toBe(0);
     }
-    expect(reachableByOthers(dataDir)).toEqual([]);
+    expect(reachableByOthers(dataDir)).toEqual({ open: [], links: [] });
   }, 90_000);
 
   test.runIf(isRoot && hasRunuser)(
@@ -78,6 +79,58 @@ describe('the embedded data directory', () => {
     const cli = await runCli('tenant-cli.ts', ['create', 'x'], { WARRANT_DATA_DIR: dataDir });
     expect(cli.code).toBe(2);
     expect(cli.stderr).toContain('go-rwx');
+  }, 90_000);
+
+  /** What ensurePrivateDir refuses `dir` with, or null when it passes. */
+  function refusal(dir: string): string | null {
+    try {
+      ensurePrivateDir(dir);
+      return null;
+    } catch (e) {
+      if (e instanceof StartupRefused) return e.message;
+      throw e;
+    }
+  }
+
+  test('a symbolic link in the data directory is refused, naming it, wherever it points and however private its target', () => {
+    const elsewhere = join(tempDir(), 'elsewhere');
+    mkdirSync(elsewhere, { mode: 0o700 });
+    for (const [name, target] of [
+      ['pg_xact', elsewhere], // a directory another user could control
+      ['link-to-file', join(elsewhere, 'f')], // dangling, or a file
+    ] as const) {
+      const dataDir = join(tempDir(), 'data');
+      mkdirSync(join(dataDir, 'base'), { recursive: true, mode: 0o700 });
+      const link = join(dataDir, 'base', name);
+      symlinkSync(target, link);
+      expect(reachableByOthers(dataDir)).toEqual({ open: [], links: [link] });
+      const message = refusal(dataDir);
+      expect(message).toContain(`symbolic link ${link}`);
+      expect(message).toContain(dataDir);
+    }
+  });
+
+  test('a data directory that is itself a symbolic link is refused, naming it, even to a private directory of this user', () => {
+    const real = join(tempDir(), 'real');
+    mkdirSync(real, { mode: 0o700 });
+    const dataDir = join(tempDir(), 'data');
+    symlinkSync(real, dataDir);
+    expect(reachableByOthers(dataDir)).toEqual({ open: [], links: [dataDir] });
+    expect(refusal(dataDir)).toContain(`the data directory ${dataDir} is a symbolic link`);
+    expect(refusal(real)).toBeNull();
+  });
+
+  test('a server on a data directory holding a symbolic link exits 2, naming it, before anything opens', async () => {
+    const dataDir = join(tempDir(), 'data');
+    await seedDataDir(dataDir);
+    const elsewhere = join(tempDir(), 'elsewhere');
+    mkdirSync(elsewhere, { mode: 0o700 });
+    const link = join(dataDir, 'pg_tblspc', 'evil');
+    symlinkSync(elsewhere, link);
+    const r = await runCli('main.ts', [], { WARRANT_DATA_DIR: dataDir, WARRANT_KEYS_DIR: join(tempDir(), 'keys'), PORT: '0' });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`symbolic link ${link}`);
+    expect(existsSync(join(dataDir, 'warrant.lock'))).toBe(false);
   }, 90_000);
 
   test('a second server and the tenant CLI beside a running server exit 2 naming its pid; the first keeps serving', async () => {
