@@ -150,7 +150,31 @@ interface ParsedUrl {
   readonly path: string;
 }
 
+/** Characters the WHATWG parser strips or reads as `/` where other parsers do not: backslash, C0 controls, space, DEL. */
+const AMBIGUOUS_URL_CHAR = /[\\\x00-\x20\x7f]/;
+const DEFAULT_PORT: Readonly<Record<string, string>> = { 'http:': '80', 'https:': '443' };
+
+/**
+ * The authority as written (between `//` and the first `/`, `?` or `#`) must be what the WHATWG
+ * parser read as host and port. Else `http://api.example.com\@169.254.169.254/` would be judged as
+ * api.example.com while a client with another parser calls 169.254.169.254; likewise for `0x7f.1`,
+ * `%2e` in a host, or a Unicode host mapped onto an ASCII one.
+ */
+function checkAuthority(raw: string, u: URL): Result<true> {
+  const m = /^https?:\/\/([^/?#]*)/i.exec(raw);
+  if (m === null) return err('must start with http:// or https://');
+  const authority = (m[1] ?? '').toLowerCase();
+  if (authority.includes('@')) return err('must not contain credentials');
+  const colon = authority.startsWith('[') ? authority.indexOf(':', authority.indexOf(']')) : authority.indexOf(':');
+  const host = colon === -1 ? authority : authority.slice(0, colon);
+  const port = colon === -1 ? null : authority.slice(colon + 1);
+  if (host !== u.hostname) return err(`the host must be written as URL parsers read it (${u.hostname})`);
+  if (port !== null && port !== (u.port === '' ? DEFAULT_PORT[u.protocol] : u.port)) return err('the port must be written as a plain number');
+  return ok(true);
+}
+
 function parseHttpUrl(raw: string): Result<ParsedUrl> {
+  if (AMBIGUOUS_URL_CHAR.test(raw)) return err('must not contain a backslash, a space or a control character');
   let u: URL;
   try {
     u = new URL(raw);
@@ -160,6 +184,8 @@ function parseHttpUrl(raw: string): Result<ParsedUrl> {
   if (u.protocol !== 'http:' && u.protocol !== 'https:') return err('must be an http or https URL');
   if (u.username !== '' || u.password !== '') return err('must not contain credentials');
   if (u.hostname === '') return err('must have a host');
+  const authority = checkAuthority(raw, u);
+  if (!authority.ok) return authority;
   const path = normalizePercent(u.pathname);
   if (!path.ok) return path;
   return ok({ origin: `${u.protocol}//${u.host}`, path: path.value });

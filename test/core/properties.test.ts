@@ -548,7 +548,9 @@ const URL_HOSTS = [
   '1.2.3.4',
   '0x7f.1',
   'bücher.de',
+  'xn--bcher-kva.de',
   'a.example.',
+  'a.example:8080',
   '',
 ];
 // Whole escapes as well as single characters, so that lone `%`s meet escapes often.
@@ -628,7 +630,8 @@ describe('(b) canonicalization is idempotent', () => {
       }),
       { numRuns: 5000 },
     );
-    expect(accepted).toBeGreaterThan(500);
+    // Fewer are accepted since URLs with a backslash, space, tab or ambiguous authority are refused.
+    expect(accepted).toBeGreaterThan(400);
   });
 
   test('canonicalTarget(canonicalTarget(x)) equals canonicalTarget(x)', () => {

@@ -670,8 +670,16 @@ const CASES: Case[] = [
     name: 'url target backslash trick',
     path: P,
     body: (c) => approveBody(c, { target: url('https://evil.com\\@api.example.com/v1/x') }),
-    expect: deny('object_outside'),
+    expect: bad('target.url'),
   },
+  // Review: WHATWG reads this as api.example.com (so it was granted); other clients call 169.254.169.254.
+  {
+    name: 'url target backslash before @',
+    path: P,
+    body: (c) => approveBody(c, { target: url('https://api.example.com\\@169.254.169.254/v1/x') }),
+    expect: bad('target.url'),
+  },
+  { name: 'url target tab in host', path: P, body: (c) => approveBody(c, { target: url('https://api.exa\tmple.com/v1/x') }), expect: bad('target.url') },
   {
     name: 'url target %00 in host',
     path: P,
@@ -684,7 +692,7 @@ const CASES: Case[] = [
     body: (c) => approveBody(c, { target: url('https://api.example.com%2F.evil.com/v1/x') }),
     expect: bad('target.url'),
   },
-  { name: 'url target Cyrillic host', path: P, body: (c) => approveBody(c, { target: url('https://аpi.example.com/v1/x') }), expect: deny('object_outside') },
+  { name: 'url target Cyrillic host', path: P, body: (c) => approveBody(c, { target: url('https://аpi.example.com/v1/x') }), expect: bad('target.url') },
   {
     name: 'url target trailing-dot suffix host',
     path: P,
