@@ -1,7 +1,8 @@
 /**
  * The layer rules of DESIGN.md, checked on the import specifiers of every source file: only src/node
  * may use Node built-ins (the same app must bundle for Workers); the core depends on nothing but
- * itself, zod and @cfworker/json-schema (a pure JSON Schema interpreter, issue 17); no shared layer reaches into an entry (src/node, src/worker.ts).
+ * itself, zod, @cfworker/json-schema (a pure JSON Schema interpreter, issue 17) and redos-detector (a pure
+ * regex analyser, to refuse ReDoS-prone tool patterns); no shared layer reaches into an entry (src/node, src/worker.ts).
  */
 import { readdirSync, readFileSync, existsSync } from 'node:fs';
 import { builtinModules } from 'node:module';
@@ -116,8 +117,8 @@ describe('layers', () => {
     expect(show(EDGES.filter((e) => !under(e.file, 'src/node') && isBuiltin(e.specifier)))).toEqual([]);
   });
 
-  test('src/core imports only src/core, zod and @cfworker/json-schema', () => {
-    const allowed = new Set(['zod', '@cfworker/json-schema']);
+  test('src/core imports only src/core, zod, @cfworker/json-schema and redos-detector', () => {
+    const allowed = new Set(['zod', '@cfworker/json-schema', 'redos-detector']);
     const outside = EDGES.filter(
       (e) => under(e.file, 'src/core') && (e.target !== undefined ? !under(e.target, 'src/core') : !allowed.has(packageName(e.specifier))),
     );

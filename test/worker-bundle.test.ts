@@ -213,6 +213,17 @@ describe('the Workers bundle', () => {
           'string_unbounded',
         ]);
       });
+
+      test('a ReDoS-prone pattern is refused there too (the clock stands still in workerd: maxSteps bounds the check)', async () => {
+        const withPattern = (pattern: string) => ({
+          type: 'object',
+          additionalProperties: false,
+          required: ['a'],
+          properties: { a: { type: 'string', maxLength: 64, pattern } },
+        });
+        expect((await check(withPattern('^(a|a)*$'), { a: 'a' })).violations.map((v) => v.code)).toEqual(['pattern_unsafe']);
+        expect((await check(withPattern('^[a-z0-9-]{1,64}$'), { a: 'a' })).violations).toEqual([]);
+      });
     });
 
     describe.skipIf(!BACKENDS.includes('postgres'))('on a PostgreSQL server', () => {

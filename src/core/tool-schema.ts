@@ -13,8 +13,10 @@
  *    constant, different in each alternative).
  *
  * Rules 1, 2, 3 and 5 are checked on every nested schema and every violation is reported, each with
- * the JSON pointer of the schema at fault, as attenuation reports every widening. Pure: no I/O.
+ * the JSON pointer of the schema at fault, as attenuation reports every widening. Every `pattern`
+ * must also match in bounded time (ReDoS): each call's args are matched against it. Pure: no I/O.
  */
+import { isSafe } from 'redos-detector';
 
 /** Which rule a finding breaks, and how. */
 export const TOOL_SCHEMA_CODES = [
@@ -29,6 +31,8 @@ export const TOOL_SCHEMA_CODES = [
   'untagged_union',
   'ref_unsupported',
   'pattern_invalid',
+  'pattern_unsafe',
+  'format_unsafe',
   'too_deep',
   'keyword_unsupported',
   'unit_missing',
@@ -88,6 +92,19 @@ export interface SchemaReport {
 
 /** How deep (in JSON pointer segments) a schema may nest: every call's args are checked against it. */
 const MAX_SCHEMA_DEPTH = 64;
+
+/** Keywords whose values are instances, not schemas: a `pattern` inside them is data. */
+const VALUE_KEYWORDS = new Set(['const', 'enum', 'default', 'examples']);
+
+/** Formats whose check in @cfworker/json-schema 4.1.6 backtracks catastrophically (`url`: seconds on 30 characters). */
+const UNSAFE_FORMATS = new Set(['url']);
+
+/**
+ * Bounds on the ReDoS analysis itself, so that checking a pattern cannot stall a registration: a
+ * pattern not cleared within them is refused. (In Workers the clock stands still while code runs,
+ * so there only `maxSteps` and the isolate's CPU limit bound it.)
+ */
+const REDOS_LIMITS = { maxSteps: 20_000, timeout: 250 } as const;
 
 type Json = Record<string, unknown>;
 const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -250,8 +267,6 @@ class Checker {
       case 'string':
         if (!isNumber(s.maxLength) && typeof s.pattern !== 'string')
           this.breach(3, 'string_unbounded', at, `${where}: a string needs maxLength, pattern or enum`);
-        if (typeof s.pattern === 'string' && !compiles(s.pattern))
-          this.breach(3, 'pattern_invalid', `${at}/pattern`, `${at}/pattern: not a valid regular expression (Unicode mode)`);
         return;
       case 'number':
       case 'integer': {
@@ -293,6 +308,33 @@ class Checker {
     }
   }
 
+  /**
+   * Every `pattern` and `format` anywhere in the schema: the validator applies them to any string it
+   * meets there, whatever `type` says, beside an `enum` or a `$ref` too. Iterative: the body bounds the size.
+   */
+  scanStrings(schema: Json): void {
+    const stack: [unknown, string][] = [[schema, '']];
+    for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+      const [value, at] = item;
+      if (Array.isArray(value)) value.forEach((v, i) => stack.push([v, `${at}/${i}`]));
+      if (!isJson(value)) continue;
+      for (const [key, v] of Object.entries(value)) {
+        const field = `${at}/${escape(key)}`;
+        if (key === 'pattern' && typeof v === 'string') this.pattern(v, field);
+        else if (key === 'format' && typeof v === 'string' && UNSAFE_FORMATS.has(v))
+          this.breach(3, 'format_unsafe', field, `${field}: the "${v}" format check can take seconds on a short string; use a pattern`);
+        else if (!VALUE_KEYWORDS.has(key)) stack.push([v, field]);
+      }
+    }
+  }
+
+  private pattern(pattern: string, field: string): void {
+    const fault = patternFault(pattern);
+    if (fault === 'pattern_invalid') this.breach(3, fault, field, `${field}: not a valid regular expression (Unicode mode)`);
+    if (fault === 'pattern_unsafe')
+      this.breach(3, fault, field, `${field}: can backtrack catastrophically (ReDoS) on a long argument; make repeats and alternatives unambiguous`);
+  }
+
   /** Rule 5: object alternatives tagged by one discriminator; scalar unions need no tag. */
   private union(alts: unknown[], at: string, seen: Set<string>): void {
     const resolved = alts.map((a, i) => (isJson(a) ? this.resolve(a, `${at}/${i}`, new Set(seen)) : null));
@@ -308,13 +350,23 @@ class Checker {
   }
 }
 
-/** Whether a pattern is a regular expression the validator can use (it reads patterns in Unicode mode). */
-function compiles(pattern: string): boolean {
+/**
+ * Whether a pattern is a regular expression the validator can use (it reads patterns in Unicode
+ * mode) and matches in bounded time: redos-detector looks for two ways through the pattern that
+ * match the same input, the cause of exponential or polynomial backtracking (`^(a|a)*$`, `(a+)+$`,
+ * an unanchored `a*b`). An analysis that fails is a refusal, never a pass.
+ */
+function patternFault(pattern: string): 'pattern_invalid' | 'pattern_unsafe' | null {
+  let re: RegExp;
   try {
-    new RegExp(pattern, 'u');
-    return true;
+    re = new RegExp(pattern, 'u');
   } catch {
-    return false;
+    return 'pattern_invalid';
+  }
+  try {
+    return isSafe(re, REDOS_LIMITS).safe ? null : 'pattern_unsafe';
+  } catch {
+    return 'pattern_unsafe';
   }
 }
 
@@ -345,6 +397,7 @@ export function checkToolSchema(schema: unknown): SchemaReport {
   }
   const c = new Checker(schema);
   c.walk(schema, '');
+  c.scanStrings(schema);
   return { violations: c.violations, warnings: c.warnings };
 }
 

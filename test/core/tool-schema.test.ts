@@ -50,6 +50,40 @@ describe('checkToolSchema', () => {
     ['a number without minimum', closed({ a: { type: 'number', maximum: 2 } }), 'number_unbounded', '/properties/a'],
     ['an array without maxItems', closed({ a: { type: 'array', items: str } }), 'array_unbounded', '/properties/a'],
     ['a bad pattern', closed({ a: { type: 'string', pattern: '(' } }), 'pattern_invalid', '/properties/a/pattern'],
+    // Review: the validator runs each pattern on every call's args; these hang it on a long argument.
+    [
+      'a pattern with overlapping alternatives under a star',
+      closed({ a: { type: 'string', maxLength: 64, pattern: '^(a|a)*$' } }),
+      'pattern_unsafe',
+      '/properties/a/pattern',
+    ],
+    ['a pattern with nested repeats', closed({ a: { type: 'string', maxLength: 64, pattern: '(a+)+$' } }), 'pattern_unsafe', '/properties/a/pattern'],
+    [
+      'an unanchored pattern that backtracks quadratically',
+      closed({ a: { type: 'string', maxLength: 64, pattern: '\\s*,\\s*$' } }),
+      'pattern_unsafe',
+      '/properties/a/pattern',
+    ],
+    // The validator applies a pattern to any string, whatever the declared type, and beside enum or $ref.
+    [
+      'an unsafe pattern beside an integer type',
+      closed({ a: { type: 'integer', minimum: 0, maximum: 9, pattern: '(a+)+$' } }),
+      'pattern_unsafe',
+      '/properties/a/pattern',
+    ],
+    ['an unsafe pattern beside an enum', closed({ a: { enum: ['x'], pattern: '(a+)+$' } }), 'pattern_unsafe', '/properties/a/pattern'],
+    [
+      'an unsafe pattern in a definition',
+      { ...closed({ a: { $ref: '#/$defs/x' } }), $defs: { x: { type: 'string', pattern: '^(a|a)*$' } } },
+      'pattern_unsafe',
+      '/$defs/x/pattern',
+    ],
+    [
+      'the url format, whose check backtracks catastrophically',
+      closed({ a: { type: 'string', maxLength: 64, format: 'url' } }),
+      'format_unsafe',
+      '/properties/a/format',
+    ],
     ['a remote $ref', closed({ a: { $ref: 'https://example.com/s.json' } }), 'ref_unsupported', '/properties/a'],
     ['a recursive $ref', { ...closed({ a: { $ref: '#/$defs/x' } }), $defs: { x: { $ref: '#/$defs/x' } } }, 'ref_unsupported', '/properties/a'],
     ['an untagged union of objects', closed({ a: { oneOf: [closed({ p: str }), closed({ q: str })] } }), 'untagged_union', '/properties/a/oneOf'],
@@ -69,6 +103,21 @@ describe('checkToolSchema', () => {
   ])('%s is refused', (_name, schema, code, field) => {
     const { violations } = checkToolSchema(schema);
     expect(violations.map((v) => [v.code, v.field])).toEqual([[code, field]]);
+  });
+
+  test.each(['^[a-z0-9-]{1,64}$', '^/', '^[a-z]+(-[a-z]+)*$', '^/[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$', '^\\d{4}-\\d{2}-\\d{2}$'])(
+    'a pattern matched in linear time registers: %s',
+    (pattern) => {
+      expect(checkToolSchema(closed({ a: { type: 'string', maxLength: 64, pattern } }))).toEqual({ violations: [], warnings: [] });
+    },
+  );
+
+  test('a string that only looks like a pattern (in const, enum, default or a property name) is data', () => {
+    const schema = closed({
+      pattern: { type: 'object', additionalProperties: false, required: [], properties: {}, default: { pattern: '(a+)+$' } },
+      b: { const: { pattern: '(' } },
+    });
+    expect(checkToolSchema(schema).violations).toEqual([]);
   });
 
   test('a schema nested too deep is refused, not walked without end', () => {

@@ -102,6 +102,12 @@ describe.each(BACKENDS)('tools on %s', (backend) => {
         'input_schema/properties/globs',
       ],
       [
+        'rule 3: a pattern that backtracks catastrophically (ReDoS on every call)',
+        () => variant(SEARCH, (t) => ((schemaOf(t).properties.path as Body).pattern = '^(a|a)*$')),
+        'pattern_unsafe',
+        'input_schema/properties/path/pattern',
+      ],
+      [
         'rule 3: an untyped property',
         () => variant(SEARCH, (t) => (schemaOf(t).properties.extra = { default: null })),
         'untyped',
