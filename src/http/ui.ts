@@ -109,6 +109,11 @@ let entries = [];
 const MAX_PAGES = 20; // 20,000 audit rows per trajectory view
 const SHOWN_ROWS = 500;
 const TRAJECTORY = /^[A-Za-z0-9._:-]{1,128}$/;
+// Characters that change how text reads without being seen (bidi overrides and isolates, zero-width
+// characters, C1 controls, the soft hyphen) are shown as \\u escapes where an approver reads a call:
+// the text stays JSON, and what is seen is what is approved.
+const INVISIBLE = /[\\u0080-\\u009f\\u00ad\\u061c\\u115f\\u1160\\u180e\\u200b-\\u200f\\u202a-\\u202e\\u2060-\\u2069\\u3164\\ufeff\\uffa0]/g;
+const visible = (text) => text.replace(INVISIBLE, (ch) => '\\\\u' + ch.charCodeAt(0).toString(16).padStart(4, '0'));
 const $ = (s) => document.querySelector(s);
 const el = (tag, props = {}, ...kids) => { const e = document.createElement(tag); Object.assign(e, props); e.append(...kids); return e; };
 const svg = (tag, attrs = {}, ...kids) => {
@@ -182,12 +187,12 @@ async function loadApprovals() {
     };
     // Whole, never cut: what the approver does not see is what the approval lets through. Long args
     // scroll inside their box (CSS max-height), one field a line.
-    const args = JSON.stringify(a.args, null, 2);
+    const args = visible(JSON.stringify(a.args, null, 2));
     const row = el('tr', {},
       el('td', { className: 'tool' }, a.tool + ' v' + a.tool_version, el('span', { className: 'side-effect', textContent: a.side_effect })),
       el('td', {}, linkTo(a.trajectory_id)),
       el('td', { className: 'call', textContent: a.call_id ?? '' }),
-      el('td', { className: 'target', textContent: a.op + ' ' + describe(a.target) }),
+      el('td', { className: 'target', textContent: visible(a.op + ' ' + describe(a.target)) }),
       el('td', { className: 'args' }, el('pre', { textContent: args })),
       el('td', { className: 'num', textContent: fmt(a.cost) }),
       el('td', { className: 'at', textContent: a.expires_at }),
