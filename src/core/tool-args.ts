@@ -36,14 +36,19 @@ function argError(u: OutputUnit): ArgError {
 
 /** A compiled-free validator for one tool version's schema. */
 export class ArgsValidator {
-  private readonly validator: Validator;
+  private readonly validator: Validator | null;
 
-  constructor(schema: Record<string, unknown>) {
-    this.validator = new Validator(schema, '2020-12', false);
+  /** `refusal`, when not empty, is every call's answer: the schema is never run (see ToolRegistry.resolve). */
+  constructor(
+    schema: Record<string, unknown>,
+    private readonly refusal: readonly ArgError[] = [],
+  ) {
+    this.validator = refusal.length > 0 ? null : new Validator(schema, '2020-12', false);
   }
 
   /** Every failing path of `args`, each once, in the validator's order; empty when they are valid. */
   check(args: unknown): ArgError[] {
+    if (this.validator === null) return [...this.refusal];
     const result = this.validator.validate(args);
     if (result.valid) return [];
     const out: ArgError[] = [];

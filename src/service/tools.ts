@@ -4,7 +4,7 @@
  * reads; and the validators of the args of calls by tool, one per immutable version.
  */
 import { z } from '@hono/zod-openapi';
-import { ArgsValidator } from '../core/tool-args.js';
+import { ArgsValidator, type ArgError } from '../core/tool-args.js';
 import { checkToolSchema, targetProperty, type SchemaFinding } from '../core/tool-schema.js';
 import { Right, SideEffect, text } from '../core/schemas.js';
 import type { Right as RightType, SideEffect as SideEffectType } from '../core/types.js';
@@ -195,10 +195,22 @@ export class ToolRegistry {
     const key = `${tenantId}\u0000${name}\u0000${r.version}`;
     let validator = this.validators.get(key);
     if (validator === undefined) {
-      validator = new ArgsValidator(r.inputSchema as Record<string, unknown>);
+      validator = new ArgsValidator(r.inputSchema as Record<string, unknown>, unsafeParts(r.inputSchema));
       if (this.validators.size >= 1024) this.validators.clear(); // bounded; rebuilt on demand
       this.validators.set(key, validator);
     }
     return { def: asDef(r), validator };
   }
+}
+
+/**
+ * What in a stored schema could stall every call matched against it: a pattern that backtracks
+ * catastrophically or a format whose check does. Registration refuses these now; a tool registered
+ * before it did (or a row written straight into the database) is refused at each call instead, until
+ * it is registered again.
+ */
+function unsafeParts(schema: unknown): ArgError[] {
+  return checkToolSchema(schema)
+    .violations.filter((v) => v.code === 'pattern_unsafe' || v.code === 'format_unsafe')
+    .map((v) => ({ path: 'args', message: `the tool's schema is refused at input_schema${v.field} (${v.code}): register the tool again` }));
 }

@@ -5,6 +5,7 @@
  * destructive and irreversible tools, the capability's tool allow-list and approval classes, and
  * attenuation narrowing them.
  */
+import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { BACKENDS } from '../support/db.js';
 import { startHarness, type Called, type Harness } from '../support/app.js';
@@ -207,6 +208,25 @@ describe.each(BACKENDS)('tools on %s', (backend) => {
       const edit = await byTool(cap.token, 'edit', { path: 'relative/file', old_str: 'a', new_str: 'b' }, { call_id: 'c-2' });
       expect([edit.body.reason.code, edit.body.reason.fields.map((f: Body) => f.path)]).toEqual(['args_invalid', ['args.path']]);
       expect((await h.call('GET', `/v1/capabilities/${cap.capability_id}`)).body.spent).toBe(0);
+    });
+
+    test('a stored tool whose pattern could stall a call (registered before such patterns were refused) denies every call', async () => {
+      const tool = variant(VIEW, (t) => {
+        (t.input_schema as Schema).properties.path!.pattern = '^/workspace/[a-z/.]+$';
+      });
+      expect((await h.call('PUT', '/v1/tools/old-view', tool)).status).toBe(201);
+      // As a registration from before the check left it (or a database writer wrote it); the args
+      // below match the pattern, so without the check they would be granted.
+      await h.database.db.execute(
+        sql`UPDATE tools SET input_schema = jsonb_set(input_schema, '{properties,path,pattern}', '"^/workspace/(a|a)*$"') WHERE name = 'old-view'`,
+      );
+      const cap = await mint();
+      const r = await byTool(cap.token, 'old-view', { path: '/workspace/aaaa' });
+      expect([r.body.decision, r.body.reason.code, r.body.reason.fields]).toEqual([
+        'deny',
+        'args_invalid',
+        [{ path: 'args', message: expect.stringContaining('input_schema/properties/path/pattern (pattern_unsafe)') }],
+      ]);
     });
 
     test('an unknown tool is denied unknown_tool; op and tool together are a 400', async () => {
