@@ -96,6 +96,9 @@ const MAX_SCHEMA_DEPTH = 64;
 /** Keywords whose values are instances, not schemas: a `pattern` inside them is data. */
 const VALUE_KEYWORDS = new Set(['const', 'enum', 'default', 'examples']);
 
+/** Keywords whose values map names to schemas: a member named like a keyword is still a schema. */
+const SCHEMA_MAPS = new Set(['properties', '$defs', 'definitions', 'patternProperties', 'dependentSchemas']);
+
 /** Formats whose check in @cfworker/json-schema 4.1.6 backtracks catastrophically (`url`: seconds on 30 characters). */
 const UNSAFE_FORMATS = new Set(['url']);
 
@@ -105,6 +108,15 @@ const UNSAFE_FORMATS = new Set(['url']);
  * so there only `maxSteps` and the isolate's CPU limit bound it.)
  */
 const REDOS_LIMITS = { maxSteps: 20_000, timeout: 250 } as const;
+
+/**
+ * The most one schema's patterns may take to analyse (ms), so that one registration of many slow
+ * patterns cannot hold the event loop for every tenant: past it, the rest are refused.
+ */
+const REDOS_BUDGET_MS = 1000;
+
+/** Verdicts by pattern text: a pattern is analysed once per process (registration, then each validator built). */
+const patternVerdicts = new Map<string, 'pattern_invalid' | 'pattern_unsafe' | null>();
 
 type Json = Record<string, unknown>;
 const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -310,26 +322,47 @@ class Checker {
 
   /**
    * Every `pattern` and `format` anywhere in the schema: the validator applies them to any string it
-   * meets there, whatever `type` says, beside an `enum` or a `$ref` too. Iterative: the body bounds the size.
+   * meets there, whatever `type` says, beside an `enum` or a `$ref` too. A schema's `const`, `enum`,
+   * `default` and `examples` hold data, skipped; the members of `properties`, `$defs` and the like are
+   * schemas whatever they are named (a property called `default` is no keyword), and the names in
+   * `patternProperties` are patterns too. Iterative: the body bounds the size.
    */
   scanStrings(schema: Json): void {
-    const stack: [unknown, string][] = [[schema, '']];
+    const stack: [unknown, string, 'schema' | 'map'][] = [[schema, '', 'schema']];
     for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
-      const [value, at] = item;
-      if (Array.isArray(value)) value.forEach((v, i) => stack.push([v, `${at}/${i}`]));
+      const [value, at, kind] = item;
+      if (Array.isArray(value)) value.forEach((v, i) => stack.push([v, `${at}/${i}`, 'schema']));
       if (!isJson(value)) continue;
       for (const [key, v] of Object.entries(value)) {
         const field = `${at}/${escape(key)}`;
-        if (key === 'pattern' && typeof v === 'string') this.pattern(v, field);
+        if (kind === 'map') {
+          if (at.endsWith('/patternProperties')) this.pattern(key, field);
+          stack.push([v, field, 'schema']);
+        } else if (key === 'pattern' && typeof v === 'string') this.pattern(v, `${field}`);
         else if (key === 'format' && typeof v === 'string' && UNSAFE_FORMATS.has(v))
           this.breach(3, 'format_unsafe', field, `${field}: the "${v}" format check can take seconds on a short string; use a pattern`);
-        else if (!VALUE_KEYWORDS.has(key)) stack.push([v, field]);
+        else if (SCHEMA_MAPS.has(key)) stack.push([v, field, 'map']);
+        else if (!VALUE_KEYWORDS.has(key)) stack.push([v, field, 'schema']);
       }
     }
   }
 
+  /** Time spent on ReDoS analysis for this schema (ms): past REDOS_BUDGET_MS, patterns not yet cleared are refused. */
+  private analysisMs = 0;
+
   private pattern(pattern: string, field: string): void {
-    const fault = patternFault(pattern);
+    let fault = patternVerdicts.get(pattern);
+    if (fault === undefined) {
+      if (this.analysisMs > REDOS_BUDGET_MS) {
+        this.breach(3, 'pattern_unsafe', field, `${field}: the schema's patterns could not all be checked in time; use fewer or simpler patterns`);
+        return;
+      }
+      const started = Date.now();
+      fault = patternFault(pattern);
+      this.analysisMs += Date.now() - started;
+      if (patternVerdicts.size >= 4096) patternVerdicts.clear(); // bounded; recomputed on demand
+      patternVerdicts.set(pattern, fault);
+    }
     if (fault === 'pattern_invalid') this.breach(3, fault, field, `${field}: not a valid regular expression (Unicode mode)`);
     if (fault === 'pattern_unsafe')
       this.breach(3, fault, field, `${field}: can backtrack catastrophically (ReDoS) on a long argument; make repeats and alternatives unambiguous`);

@@ -78,6 +78,19 @@ describe('checkToolSchema', () => {
       'pattern_unsafe',
       '/$defs/x/pattern',
     ],
+    // Review: a property or definition named like a value keyword is a schema all the same.
+    [
+      'an unsafe pattern on a property named like a value keyword',
+      closed({ default: { type: 'string', maxLength: 64, pattern: '^(a|a)*$' } }),
+      'pattern_unsafe',
+      '/properties/default/pattern',
+    ],
+    [
+      'an unsafe pattern in a definition named like a value keyword',
+      { ...closed({ a: { $ref: '#/$defs/enum' } }), $defs: { enum: { type: 'string', maxLength: 64, pattern: '(a+)+$' } } },
+      'pattern_unsafe',
+      '/$defs/enum/pattern',
+    ],
     [
       'the url format, whose check backtracks catastrophically',
       closed({ a: { type: 'string', maxLength: 64, format: 'url' } }),
@@ -118,6 +131,14 @@ describe('checkToolSchema', () => {
       b: { const: { pattern: '(' } },
     });
     expect(checkToolSchema(schema).violations).toEqual([]);
+  });
+
+  test('many slow patterns in one schema: analysis stops at its budget and refuses the rest, so one registration cannot hold the process', () => {
+    // Each of these takes the analysis its full per-pattern limit (about 250 ms) before it is refused.
+    const slow = 'cdefghijklmn'.split('').map((c) => `^(${c}|${c})*$`);
+    const { violations } = checkToolSchema(closed(Object.fromEntries(slow.map((pattern, i) => [`p${i}`, { type: 'string', maxLength: 64, pattern }]))));
+    expect(violations.map((v) => v.code)).toEqual(slow.map(() => 'pattern_unsafe'));
+    expect(violations.filter((v) => v.detail.includes('could not all be checked in time')).length).toBeGreaterThan(0);
   });
 
   test('a schema nested too deep is refused, not walked without end', () => {
