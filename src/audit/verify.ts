@@ -95,7 +95,7 @@ export async function verifyAudit(keys: AuditKeys, tenantId: string, data: Audit
 /** Each tree's last seq the checkpoint of `size` leaves covers. */
 function coveredSeqs(ranges: readonly LeafRange[], size: number): Map<string, number> {
   const covered = new Map<string, number>();
-  for (const r of ranges) if (r.leafStart < size) covered.set(r.treeId, r.toSeq);
+  for (const r of ranges) if (r.leafStart < size) covered.set(r.treeId, Math.min(r.toSeq, r.fromSeq + size - r.leafStart - 1));
   return covered;
 }
 
@@ -152,7 +152,10 @@ function afterTheFact(
     `row ${leaf.id} is dated ${Number.isNaN(leaf.at) ? 'at no valid time' : new Date(leaf.at).toISOString()}, before checkpoint ${before.n} (${before.at}), which does not cover it: it was written after the fact`;
   for (const r of ranges) {
     if (r.leafStart >= last.size) break;
-    for (let seq = r.fromSeq; seq <= r.toSeq; seq++) {
+    // A range running past the latest checkpoint (the database's ranges are the database's word)
+    // counts only as far as that checkpoint; its further rows are uncovered.
+    const toSeq = Math.min(r.toSeq, r.fromSeq + last.size - r.leafStart - 1);
+    for (let seq = r.fromSeq; seq <= toSeq; seq++) {
       const leafIndex = r.leafStart + seq - r.fromSeq;
       while ((checkpoints[k] as CheckpointPayload).size <= leafIndex) k++;
       const before = checkpoints[k - 1];
@@ -160,7 +163,7 @@ function afterTheFact(
       if (before !== undefined && late(leaf, before))
         return { firstBadId: leaf.id, firstBadCheckpoint: (checkpoints[k] as CheckpointPayload).n, reason: reason(leaf, before) };
     }
-    covered.set(r.treeId, r.toSeq);
+    covered.set(r.treeId, toSeq);
   }
   for (const [treeId, tree] of rows) {
     for (let i = covered.get(treeId) ?? 0; i < tree.length; i++) {
