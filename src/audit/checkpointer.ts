@@ -43,6 +43,8 @@ export interface LatestCheckpoint {
 /** A checkpoint just made, for the sink. */
 export interface MadeCheckpoint extends CheckpointLine {
   readonly payload: CheckpointPayload;
+  /** Ids of the rows it covers that are dated before the checkpoint that should have covered them (see newLeaves). */
+  readonly late: readonly string[];
 }
 
 const LOCK_SPACE = 0x57_41_55_44; // "WAUD": the checkpointer's advisory locks, one per tenant
@@ -125,7 +127,9 @@ async function changedTrees(tx: Pick<Db, 'execute'>, tenantId: string, snapshot:
  * over). Rows are matched by (tree, seq), not by position: the database's collation may order tree
  * ids unlike the code-unit order the trees were sorted in. Pauses as it goes (see SLICE). A row dated
  * before `notBefore` (the last signed checkpoint's time less CHECKPOINT_LAG_MS) was written after that
- * checkpoint was taken, under an earlier date: refused, never signed over.
+ * checkpoint was taken, under an earlier date, or its instance's clock was far off: it is signed over
+ * all the same (stopping would leave every later row of the tenant unsigned, for a clock fault as for
+ * a forgery) and named in `late`, and `verify` reports it for good.
  */
 async function newLeaves(
   tx: Pick<Db, 'execute'>,
@@ -133,6 +137,7 @@ async function newLeaves(
   trees: readonly ChangedTree[],
   notBefore: number | null,
   pause: () => Promise<void>,
+  late: string[],
 ): Promise<Uint8Array[]> {
   const rows = await query(
     tx,
@@ -142,11 +147,7 @@ async function newLeaves(
   if (notBefore !== null) {
     for (const r of rows) {
       const at = new Date(r.at as string).getTime();
-      if (!(at >= notBefore)) {
-        throw new AuditIntegrityError(
-          `audit row ${String(r.id)} of tree '${String(r.tree_id)}' is dated ${String(r.at)}, before the last checkpoint that should have covered it: written after the fact`,
-        );
-      }
+      if (!(at >= notBefore)) late.push(String(r.id));
     }
   }
   // A slot per new row of each tree (seq lo + 1 … hi), each filled once. A tree whose head claims
@@ -296,7 +297,8 @@ async function makeCheckpoint(o: CheckpointOptions, tenantId: string): Promise<M
       if (trees.length === 0) return null;
       const pause = o.pause ?? pauseEvery(PAUSE_AFTER_MS);
       const notBefore = signed === null ? null : Date.parse(signed.at) - CHECKPOINT_LAG_MS;
-      const leaves = await newLeaves(tx, tenantId, trees, notBefore, pause);
+      const late: string[] = [];
+      const leaves = await newLeaves(tx, tenantId, trees, notBefore, pause, late);
       const oldSize = signed?.size ?? 0;
       const size = oldSize + leaves.length;
 
@@ -349,7 +351,7 @@ async function makeCheckpoint(o: CheckpointOptions, tenantId: string): Promise<M
               ON CONFLICT (tenant_id, level, idx) DO UPDATE SET hashes = excluded.hashes`,
         );
       }
-      return { n: payload.n, jws, consistency, payload };
+      return { n: payload.n, jws, consistency, payload, late };
     },
     { isolationLevel: 'repeatable read' },
   );

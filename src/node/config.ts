@@ -28,13 +28,21 @@ export interface Config {
 }
 
 /** A positive integer variable, or its default when unset. */
-function positiveInt(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+function positiveInt(env: NodeJS.ProcessEnv, name: string, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
   const raw = env[name]?.trim();
   if (raw === undefined || raw === '') return fallback;
   const n = Number(raw);
   if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a positive integer`);
+  if (n > max) throw new Error(`${name} must be at most ${max}`);
   return n;
 }
+
+/**
+ * The most WARRANT_STATEMENT_TIMEOUT_MS may be: a decision is dated before it waits on its locks and
+ * commits, and a row that commits much later than its date reads to verify as written after the fact
+ * (src/audit/checkpoint.ts CHECKPOINT_LAG_MS, 5 min).
+ */
+export const MAX_STATEMENT_TIMEOUT_MS = 60_000;
 
 export function readConfig(env: NodeJS.ProcessEnv): Config {
   const port = Number(env.PORT ?? 8080);
@@ -58,7 +66,7 @@ export function readConfig(env: NodeJS.ProcessEnv): Config {
     checkpointDir: resolve(env.WARRANT_CHECKPOINT_DIR ?? `${keysDir}/checkpoints`),
     deadlineMs: positiveInt(env, 'WARRANT_DEADLINE_MS', DEFAULT_DEADLINE_MS),
     maxPending: positiveInt(env, 'WARRANT_MAX_PENDING', DEFAULT_MAX_PENDING),
-    statementTimeoutMs: positiveInt(env, 'WARRANT_STATEMENT_TIMEOUT_MS', DEFAULT_STATEMENT_TIMEOUT_MS),
+    statementTimeoutMs: positiveInt(env, 'WARRANT_STATEMENT_TIMEOUT_MS', DEFAULT_STATEMENT_TIMEOUT_MS, MAX_STATEMENT_TIMEOUT_MS),
   };
 }
 
