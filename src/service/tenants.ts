@@ -31,6 +31,8 @@ export const KEY_CACHE_TTL_MS = 30_000;
 /** Resolves API keys to principals; keys found are cached briefly (see the module comment). */
 export class Authenticator {
   private readonly cache = new Map<string, { key: ApiKeyRecord; until: number }>();
+  /** Bumped by forget and forgetAll: a store read begun before one is not cached. */
+  private generation = 0;
 
   constructor(
     private readonly store: Store,
@@ -45,21 +47,27 @@ export class Authenticator {
     const keyId = m[1] as string;
     const now = this.nowMs();
     const cached = this.cache.get(keyId);
-    const key = cached !== undefined && cached.until > now ? cached.key : ((await this.store.apiKeyById(keyId))?.key ?? null);
+    const hit = cached !== undefined && cached.until > now;
+    // A forget during the read below may be for a revocation that committed after the read saw the
+    // key: answer from the read, but do not cache it, or the revoked key would be accepted for a TTL.
+    const generation = this.generation;
+    const key = hit ? cached.key : ((await this.store.apiKeyById(keyId))?.key ?? null);
     if (key === null) return null;
     if (!constantTimeEqual(sha256Hex(apiKey), key.keyHash)) return null;
-    this.cache.set(keyId, { key, until: cached !== undefined && cached.until > now ? cached.until : now + this.ttlMs });
+    if (!hit && this.generation === generation) this.cache.set(keyId, { key, until: now + this.ttlMs });
     if (!isUsable(key, now)) return null;
     return { tenantId: key.tenantId, keyId: key.id, roles: key.roles.filter((r): r is Role => (ROLES as readonly string[]).includes(r)) };
   }
 
   /** Drops a key from this instance's cache: its revocation holds here from the next request. */
   forget(keyId: string): void {
+    this.generation++;
     this.cache.delete(keyId);
   }
 
   /** Drops every cached key: revocations may have been missed (the listening connection was down). */
   forgetAll(): void {
+    this.generation++;
     this.cache.clear();
   }
 }
