@@ -5,12 +5,12 @@
  * `<keys dir>/audit-keys.json`, the same way. Two rings, so a leaked token key cannot sign a
  * checkpoint and the audit key can be held apart (another host, an HSM-backed signer later).
  */
-import { linkSync, readFileSync, unlinkSync } from 'node:fs';
+import { closeSync, linkSync, readFileSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import type { JWK } from 'jose';
 import { generateSigningJwk, loadKeyRing, rotate, type KeyRing } from '../crypto/keys.js';
 import type { Config } from './config.js';
-import { checkOwnFile, ensureOwnDir, replaceFile, writeExclusive } from './owned.js';
+import { ensureOwnDir, openOwnFile, replaceFile, writeExclusive } from './owned.js';
 
 /** Which ring: the token signing keys or the audit checkpoint keys. */
 export type RingKind = 'signing' | 'audit';
@@ -40,8 +40,13 @@ function createSet(path: string, set: { keys: JWK[] }): boolean {
 
 /** The ring in `path`, once it is shown to be this user's private file; null when there is none. */
 function readSet(path: string): { keys: JWK[] } | null {
-  if (!checkOwnFile(path, RING, true)) return null;
-  return JSON.parse(readFileSync(path, 'utf8')) as { keys: JWK[] };
+  const fd = openOwnFile(path, RING, true);
+  if (fd === null) return null;
+  try {
+    return JSON.parse(readFileSync(fd, 'utf8')) as { keys: JWK[] };
+  } finally {
+    closeSync(fd);
+  }
 }
 
 export async function loadKeys(config: Config, log: (e: Record<string, unknown>) => void, kind: RingKind = 'signing'): Promise<KeyRing> {

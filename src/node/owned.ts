@@ -3,10 +3,11 @@
  * sink. Whoever can write a key ring can make the server trust their key (and then sign any
  * capability); whoever can write the sink can rewrite the evidence the audit is checked against. So
  * such a directory must be this user's, a real directory (not a link), and not writable by group or
- * others; a ring must be this user's regular file, closed to group and others. Readable is allowed
+ * others; a ring must be this user's regular file, closed to group and others, and a sink's file this
+ * user's regular file, closed to their writes; both checked on the file opened. Readable is allowed
  * where nothing secret is (a sink's checkpoints are public; a 0755 keys directory lists only names).
  */
-import { closeSync, constants, fsyncSync, lstatSync, mkdirSync, openSync, renameSync, unlinkSync, writeSync, type Stats } from 'node:fs';
+import { closeSync, constants, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, renameSync, unlinkSync, writeSync, type Stats } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { StartupRefused } from './datadir.js';
 
@@ -43,21 +44,37 @@ export function ensureOwnDir(dir: string, what: string): void {
 }
 
 /**
- * Refuses (StartupRefused) a `path` that is a link, not a regular file, another user's, or open to
- * group or others (`secret`: any permission bit; else a write bit). Absent is fine: false.
+ * Opens `path` (`flags`, plus O_NOFOLLOW) and returns the descriptor once the file it names is shown
+ * to be fine; refuses (StartupRefused) a link, anything but a regular file, another user's file, or one
+ * open to group or others (`secret`: any permission bit; else a write bit). Absent is fine: null. The
+ * checks are made on the open file (fstat), so what is read or written is the file that was checked,
+ * not whatever a racing process put at `path` after a check by name.
  */
-export function checkOwnFile(path: string, what: string, secret: boolean): boolean {
-  const st = lstatOrNull(path);
-  if (st === null) return false;
-  if (st.isSymbolicLink()) throw new StartupRefused(`${what} ${path} is a symbolic link; refusing to follow it`);
-  if (!st.isFile()) throw new StartupRefused(`${what} ${path} is not a regular file`);
-  const owner = ownerProblem(st);
-  if (owner !== null) throw new StartupRefused(`${what} ${path} ${owner}: whoever owns it can change it`);
-  if ((st.mode & (secret ? 0o077 : 0o022)) !== 0)
-    throw new StartupRefused(
-      `${what} ${path} is ${secret ? 'reachable' : 'writable'} by group or others (mode ${(st.mode & 0o777).toString(8)}). Fix: chmod go-${secret ? 'rwx' : 'w'} '${path}'`,
-    );
-  return true;
+export function openOwnFile(path: string, what: string, secret: boolean, flags: number = constants.O_RDONLY, mode = 0o600): number | null {
+  let fd: number;
+  try {
+    // O_NONBLOCK: a FIFO planted at `path` must be refused below, not hang the open.
+    fd = openSync(path, flags | constants.O_NOFOLLOW | constants.O_NONBLOCK, mode);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return null;
+    if (code === 'ELOOP') throw new StartupRefused(`${what} ${path} is a symbolic link; refusing to follow it`);
+    throw e;
+  }
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) throw new StartupRefused(`${what} ${path} is not a regular file`);
+    const owner = ownerProblem(st);
+    if (owner !== null) throw new StartupRefused(`${what} ${path} ${owner}: whoever owns it can change it`);
+    if ((st.mode & (secret ? 0o077 : 0o022)) !== 0)
+      throw new StartupRefused(
+        `${what} ${path} is ${secret ? 'reachable' : 'writable'} by group or others (mode ${(st.mode & 0o777).toString(8)}). Fix: chmod go-${secret ? 'rwx' : 'w'} '${path}'`,
+      );
+  } catch (e) {
+    closeSync(fd);
+    throw e;
+  }
+  return fd;
 }
 
 /**
