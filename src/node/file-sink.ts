@@ -1,8 +1,9 @@
 /**
  * The checkpoint sink on Node: one append-only JSON-lines file per tenant (`<dir>/<tenant id>.jsonl`,
  * mode 0600 in a 0700 directory), each append fsync'd before it counts. The directory must be this
- * user's and closed to others' writes, and a tenant's file is never opened through a link: whoever
- * could swap either could rewrite or misdirect the evidence (owned.ts). Copy these files off the host
+ * user's and closed to others' writes, and a tenant's file is never opened through a link nor appended
+ * to unless it is this user's regular file closed to others' writes: whoever could swap or write either
+ * could rewrite or misdirect the evidence (owned.ts). Copy these files off the host
  * (or point the directory at storage the database's administrators cannot write) and the audit holds
  * up against them: `npm run audit -- verify --checkpoints <dir>` checks the database against them.
  */
@@ -10,9 +11,10 @@ import { closeSync, constants, fstatSync, fsyncSync, openSync, readSync, writeSy
 import { join } from 'node:path';
 import { lineText, parseLines, type CheckpointLine } from '../audit/checkpoint.js';
 import type { CheckpointSink } from '../audit/publish.js';
-import { ensureOwnDir } from './owned.js';
+import { ensureOwnDir, openOwnFile } from './owned.js';
 
 const SINK_DIR = 'the checkpoint directory';
+const SINK_FILE = 'the checkpoint file';
 
 /** The file that holds a tenant's checkpoints in a sink directory. */
 export const sinkFile = (dir: string, tenantId: string): string => join(dir, `${tenantId}.jsonl`);
@@ -36,7 +38,11 @@ export class FileSink implements CheckpointSink {
     // server a directory of its own, README "Audit checkpoints").
     if (first.n !== ((await this.last(tenantId))?.n ?? 0) + 1) return;
     ensureOwnDir(this.dir, SINK_DIR);
-    const fd = openSync(sinkFile(this.dir, tenantId), constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
+    // An existing file must be this user's regular file, closed to others' writes: one planted
+    // writable by others (or a FIFO, a device) could be rewritten behind the evidence or misdirect it.
+    const path = sinkFile(this.dir, tenantId);
+    const fd = openOwnFile(path, SINK_FILE, false, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT, 0o600);
+    if (fd === null) throw new Error(`${path} vanished while it was being created`);
     try {
       writeSync(fd, lines.map((l) => `${lineText(l)}\n`).join(''));
       fsyncSync(fd);

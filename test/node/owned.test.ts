@@ -96,4 +96,21 @@ describe('the checkpoint sink', () => {
     await expect(new FileSink(sink).append('t1', [line])).rejects.toThrow(/ELOOP/);
     expect(readFileSync(victim, 'utf8')).toBe('untouched\n');
   });
+
+  it('never appends to a tenant file planted writable by others', async () => {
+    const sink = join(dir, 'sink');
+    mkdirSync(sink, { mode: 0o700 });
+    writeFileSync(sinkFile(sink, 't1'), '');
+    chmodSync(sinkFile(sink, 't1'), 0o666);
+    await expect(new FileSink(sink).append('t1', [line])).rejects.toThrow(/checkpoint file .* is writable by group or others \(mode 666\)/);
+    expect(readFileSync(sinkFile(sink, 't1'), 'utf8')).toBe('');
+  });
+
+  it('appends to a tenant file of its own, created 0600', async () => {
+    const sink = join(dir, 'sink');
+    mkdirSync(sink, { mode: 0o700 });
+    await new FileSink(sink).append('t1', [line]);
+    expect(statSync(sinkFile(sink, 't1')).mode & 0o777).toBe(0o600);
+    expect(await new FileSink(sink).last('t1')).toMatchObject({ n: 1 });
+  });
 });
