@@ -163,6 +163,9 @@ const DEFAULT_PORT: Readonly<Record<string, string>> = { 'http:': '80', 'https:'
 function checkAuthority(raw: string, u: URL): Result<true> {
   const m = /^https?:\/\/([^/?#]*)/i.exec(raw);
   if (m === null) return err('must start with http:// or https://');
+  // ASCII only, as for host objects: full-Unicode lower-casing maps some letters onto ASCII ones (the
+  // Kelvin sign K onto k), so a Unicode authority could compare equal to a host it was never written as.
+  if (!PRINTABLE_ASCII.test(m[1] ?? '')) return err('must have an ASCII host (write an IDN as its xn-- A-label)');
   const authority = (m[1] ?? '').toLowerCase();
   if (authority.includes('@')) return err('must not contain credentials');
   const colon = authority.startsWith('[') ? authority.indexOf(':', authority.indexOf(']')) : authority.indexOf(':');

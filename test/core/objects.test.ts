@@ -50,6 +50,8 @@ const AMBIGUOUS_URLS: [string, string][] = [
   ['a percent-encoded host', 'https://a%2Eexample/'],
   ['a Unicode host', 'https://bücher.de/'],
   ['a fullwidth host', 'https://ａ.example/'],
+  // Review: full-Unicode lower-casing turns the Kelvin sign into an ASCII k.
+  ['a Kelvin sign for a k', 'http://\u212Aexample.com/'],
   ['no slashes after the scheme', 'http:a.example/'],
   ['one slash after the scheme', 'http:/a.example/'],
   ['three slashes after the scheme', 'http:///a.example/'],
