@@ -11,8 +11,10 @@
  * (`approval`, by the approver's key), and the call's outcome (`approve`, grant or deny).
  *
  * The key that asked for a call may not resolve it (403 `self_approval`, audited): a person's
- * approval must come from another key, so a driver key that also holds the approver role (or a
- * leaked admin key) cannot approve its own calls.
+ * approval must come from another key, so a driver key that also holds the approver role cannot
+ * approve its own calls. The rule is per key: an admin key can create another key and approve with
+ * it, so a leaked admin key still needs revoking. Approvals asked before the rule (migration 0005)
+ * name no asking key and are not held to it.
  */
 import { evaluateApprove, deny } from '../core/approve.js';
 import { fromMicro } from '../core/money.js';
