@@ -109,11 +109,18 @@ let entries = [];
 const MAX_PAGES = 20; // 20,000 audit rows per trajectory view
 const SHOWN_ROWS = 500;
 const TRAJECTORY = /^[A-Za-z0-9._:-]{1,128}$/;
-// Characters that change how text reads without being seen (bidi overrides and isolates, zero-width
-// characters, C1 controls, the soft hyphen) are shown as \\u escapes where an approver reads a call:
+// Characters that change how text reads without being seen (controls and format characters such as
+// bidi overrides, zero-width and tag characters, line and paragraph separators, every default-ignorable
+// code point, variation selectors included) are shown as \\u escapes where an approver reads a call:
 // the text stays JSON, and what is seen is what is approved.
-const INVISIBLE = /[\\u0080-\\u009f\\u00ad\\u061c\\u115f\\u1160\\u180e\\u200b-\\u200f\\u202a-\\u202e\\u2060-\\u2069\\u3164\\ufeff\\uffa0]/g;
-const visible = (text) => text.replace(INVISIBLE, (ch) => '\\\\u' + ch.charCodeAt(0).toString(16).padStart(4, '0'));
+const INVISIBLE = /[\\p{Cc}\\p{Cf}\\p{Zl}\\p{Zp}\\p{Default_Ignorable_Code_Point}]/gu;
+const hex4 = (n) => '\\\\u' + n.toString(16).padStart(4, '0');
+// (A newline is left as it is: JSON.stringify escapes those in strings, so a raw one is layout.)
+const visible = (text) => text.replace(INVISIBLE, (ch) => {
+  const cp = ch.codePointAt(0);
+  if (ch === '\\n') return ch;
+  return cp > 0xffff ? hex4(0xd800 + ((cp - 0x10000) >> 10)) + hex4(0xdc00 + ((cp - 0x10000) & 0x3ff)) : hex4(cp);
+});
 const $ = (s) => document.querySelector(s);
 const el = (tag, props = {}, ...kids) => { const e = document.createElement(tag); Object.assign(e, props); e.append(...kids); return e; };
 const svg = (tag, attrs = {}, ...kids) => {
