@@ -7,7 +7,7 @@
  * (or point the directory at storage the database's administrators cannot write) and the audit holds
  * up against them: `npm run audit -- verify --checkpoints <dir>` checks the database against them.
  */
-import { closeSync, constants, fstatSync, fsyncSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, fsyncSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { lineText, parseLines, type CheckpointLine } from '../audit/checkpoint.js';
 import type { CheckpointSink } from '../audit/publish.js';
@@ -54,13 +54,9 @@ export class FileSink implements CheckpointSink {
 
 /** The last checkpoint line of a file, or null when there is no file (or it is empty). */
 function readLastLine(path: string): CheckpointLine | null {
-  let fd: number;
-  try {
-    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    throw e;
-  }
+  // Held to the same rule as an append: the last line read decides what the database is checked against.
+  const fd = openOwnFile(path, SINK_FILE, false);
+  if (fd === null) return null;
   try {
     const size = fstatSync(fd).size;
     const length = Math.min(size, TAIL_BYTES);

@@ -93,7 +93,7 @@ describe('the checkpoint sink', () => {
     const sink = join(dir, 'sink');
     mkdirSync(sink, { mode: 0o700 });
     symlinkSync(victim, sinkFile(sink, 't1'));
-    await expect(new FileSink(sink).append('t1', [line])).rejects.toThrow(/ELOOP/);
+    await expect(new FileSink(sink).append('t1', [line])).rejects.toThrow(/checkpoint file .* is a symbolic link/);
     expect(readFileSync(victim, 'utf8')).toBe('untouched\n');
   });
 
@@ -103,6 +103,8 @@ describe('the checkpoint sink', () => {
     writeFileSync(sinkFile(sink, 't1'), '');
     chmodSync(sinkFile(sink, 't1'), 0o666);
     await expect(new FileSink(sink).append('t1', [line])).rejects.toThrow(/checkpoint file .* is writable by group or others \(mode 666\)/);
+    // Nor is its last line taken as the last checkpoint published.
+    await expect(new FileSink(sink).last('t1')).rejects.toThrow(/checkpoint file .* is writable by group or others/);
     expect(readFileSync(sinkFile(sink, 't1'), 'utf8')).toBe('');
   });
 
