@@ -80,7 +80,8 @@ export async function verifyAudit(keys: AuditKeys, tenantId: string, data: Audit
   );
   if (mismatch !== null) return { ok: false, entries: chain.entries, ...mismatch };
   if (problem !== null) return { ok: false, entries: chain.entries, firstBadCheckpoint: firstCovering(log.checkpoints, problem.leaf), reason: problem.reason };
-  const late = afterTheFact(log.checkpoints, data.ranges, hashes);
+  const covered = coveredSeqs(data.ranges, last.size);
+  const late = afterTheFact(log.checkpoints, data.ranges, hashes, covered);
   if (late !== null) return { ok: false, entries: chain.entries, ...late };
   return {
     ok: true,
@@ -88,15 +89,28 @@ export async function verifyAudit(keys: AuditKeys, tenantId: string, data: Audit
     trees: chain.trees,
     checkpoint: { n: last.n, size: last.size, root: last.root, at: last.at },
     uncovered: chain.entries - last.size,
-    oldestUncoveredAt: oldestUncovered(hashes, coveredSeqs(data.ranges, last.size)),
+    oldestUncoveredAt: oldestUncovered(hashes, covered),
   };
 }
+
+/**
+ * The last seq of range `r` that a checkpoint of `size` leaves covers. A range running past it (the
+ * database's ranges are the database's word) counts only that far; its further rows are uncovered.
+ */
+const coveredTo = (r: LeafRange, size: number): number => Math.min(r.toSeq, r.fromSeq + size - r.leafStart - 1);
 
 /** Each tree's last seq the checkpoint of `size` leaves covers. */
 function coveredSeqs(ranges: readonly LeafRange[], size: number): Map<string, number> {
   const covered = new Map<string, number>();
-  for (const r of ranges) if (r.leafStart < size) covered.set(r.treeId, Math.min(r.toSeq, r.fromSeq + size - r.leafStart - 1));
+  for (const r of ranges) if (r.leafStart < size) covered.set(r.treeId, coveredTo(r, size));
   return covered;
+}
+
+/** The rows past `covered`, tree by tree in seq order. */
+function* uncoveredRows(rows: ReadonlyMap<string, readonly Leaf[]>, covered: ReadonlyMap<string, number>): Generator<Leaf> {
+  for (const [treeId, tree] of rows) {
+    for (let i = covered.get(treeId) ?? 0; i < tree.length; i++) yield tree[i] as Leaf;
+  }
 }
 
 /**
@@ -106,9 +120,7 @@ function coveredSeqs(ranges: readonly LeafRange[], size: number): Map<string, nu
  */
 function oldestUncovered(rows: ReadonlyMap<string, readonly Leaf[]>, covered: ReadonlyMap<string, number>): string | null {
   let oldest = Infinity;
-  for (const [treeId, tree] of rows) {
-    for (let i = covered.get(treeId) ?? 0; i < tree.length; i++) oldest = Math.min(oldest, (tree[i] as Leaf).at);
-  }
+  for (const leaf of uncoveredRows(rows, covered)) oldest = Math.min(oldest, leaf.at);
   return oldest === Infinity ? null : new Date(oldest).toISOString();
 }
 
@@ -142,20 +154,17 @@ function afterTheFact(
   checkpoints: readonly CheckpointPayload[],
   ranges: readonly LeafRange[],
   rows: ReadonlyMap<string, readonly Leaf[]>,
+  covered: ReadonlyMap<string, number>,
 ): { firstBadId: string; firstBadCheckpoint?: number; reason: string } | null {
   const last = checkpoints[checkpoints.length - 1];
   if (last === undefined) return null;
-  const covered = new Map<string, number>();
   let k = 0;
   const late = (leaf: Leaf, before: CheckpointPayload): boolean => !(leaf.at >= Date.parse(before.at) - CHECKPOINT_LAG_MS);
   const reason = (leaf: Leaf, before: CheckpointPayload): string =>
     `row ${leaf.id} is dated ${Number.isNaN(leaf.at) ? 'at no valid time' : new Date(leaf.at).toISOString()}, before checkpoint ${before.n} (${before.at}), which does not cover it: it was written after the fact`;
   for (const r of ranges) {
     if (r.leafStart >= last.size) break;
-    // A range running past the latest checkpoint (the database's ranges are the database's word)
-    // counts only as far as that checkpoint; its further rows are uncovered.
-    const toSeq = Math.min(r.toSeq, r.fromSeq + last.size - r.leafStart - 1);
-    for (let seq = r.fromSeq; seq <= toSeq; seq++) {
+    for (let seq = r.fromSeq; seq <= coveredTo(r, last.size); seq++) {
       const leafIndex = r.leafStart + seq - r.fromSeq;
       while ((checkpoints[k] as CheckpointPayload).size <= leafIndex) k++;
       const before = checkpoints[k - 1];
@@ -163,14 +172,8 @@ function afterTheFact(
       if (before !== undefined && late(leaf, before))
         return { firstBadId: leaf.id, firstBadCheckpoint: (checkpoints[k] as CheckpointPayload).n, reason: reason(leaf, before) };
     }
-    covered.set(r.treeId, toSeq);
   }
-  for (const [treeId, tree] of rows) {
-    for (let i = covered.get(treeId) ?? 0; i < tree.length; i++) {
-      const leaf = tree[i] as Leaf;
-      if (late(leaf, last)) return { firstBadId: leaf.id, reason: reason(leaf, last) };
-    }
-  }
+  for (const leaf of uncoveredRows(rows, covered)) if (late(leaf, last)) return { firstBadId: leaf.id, reason: reason(leaf, last) };
   return null;
 }
 
