@@ -26,6 +26,7 @@ import type { CallerIds } from '../store/writer.js';
 import type { Metrics } from './metrics.js';
 import { addDocs, type DocsAssets } from './docs.js';
 import { addUi } from './ui.js';
+import { refusedKey } from './body-keys.js';
 import { DEFAULT_TRAJECTORIES, MAX_TRAJECTORIES, trajectoriesReply } from '../service/trajectories.js';
 import { keylessRoutes, RESPONSES } from './responses.js';
 import { EXAMPLES } from './examples.js';
@@ -293,17 +294,19 @@ const callerOf = (c: Context<Env, any, any>): CallerIds => ({ keyId: c.get('keyI
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any route's context
 const contextOf = (c: Context<Env, any, any>): RequestContext => ({ caller: callerOf(c), deadline: c.get('deadline') });
 
-/** Parses the body (hono caches it for the validators) and refuses malformed JSON and `__proto__` keys. */
+/** Parses the body (hono caches its text for the validators) and refuses malformed JSON, `__proto__` and repeated keys. */
 async function parseBody(c: Context, next: Next): Promise<void> {
+  let text: string;
   let body: unknown;
   try {
-    body = await c.req.json();
+    text = await c.req.text();
+    body = JSON.parse(text);
   } catch (e) {
     if (e instanceof ApiError) throw e;
     throw invalidRequest([{ path: 'body', message: 'malformed JSON' }]);
   }
-  const proto = protoKeyPath(body);
-  if (proto !== undefined) throw invalidRequest([{ path: proto, message: 'unknown field' }]);
+  const refused = refusedKey(text, body);
+  if (refused !== undefined) throw invalidRequest([refused]);
   await next();
 }
 
@@ -327,26 +330,6 @@ const jsonBody: MiddlewareHandler = async (c, next) => {
     },
   })(c, () => parseBody(c, next));
 };
-
-/**
- * The path of the first own `__proto__` key in a parsed body, if any. Closed objects report it as
- * unknown, but zod's records skip it silently, so `args: {"__proto__": {...}}` would pass unchecked.
- * Iterative: bodies may nest deeply.
- */
-function protoKeyPath(root: unknown): string | undefined {
-  if (typeof root !== 'object' || root === null) return undefined;
-  const stack: [unknown, string][] = [[root, '']];
-  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
-    const [value, path] = item;
-    for (const key of Object.keys(value as object)) {
-      if (key === '__proto__') return path === '' ? key : `${path}.${key}`;
-      // Only containers are walked, so scalar leaves (most of a body, on every approve) cost no path string.
-      const child = (value as Record<string, unknown>)[key];
-      if (typeof child === 'object' && child !== null) stack.push([child, path === '' ? key : `${path}.${key}`]);
-    }
-  }
-  return undefined;
-}
 
 const tooLarge = (): ApiError => new ApiError(413, 'payload_too_large', `the body must be at most ${MAX_BODY_BYTES} bytes`);
 

@@ -438,6 +438,37 @@ const CASES: Case[] = [
     body: (c) => approveBody(c, { token: arg(c, 'constructor'), args: { constructor: 'Object' } }),
     expect: deny('arg_violates_bound'),
   },
+  // ---- repeated keys (JSON.parse keeps the last; a first-wins parser in front of the tool would act on the first) ----
+  {
+    name: 'approve target repeated, outside first',
+    path: P,
+    raw: (c) => JSON.stringify(approveBody(c)).replace('"target":', `"target":${JSON.stringify(OUTSIDE)},"target":`),
+    expect: bad('target'),
+  },
+  {
+    name: 'approve target path repeated',
+    path: P,
+    raw: (c) => JSON.stringify(approveBody(c)).replace('"path":', '"path":"/etc/shadow","path":'),
+    expect: bad('target.path'),
+  },
+  {
+    name: 'approve args key repeated',
+    path: P,
+    raw: (c) => JSON.stringify(approveBody(c, { args: { timeout_ms: 1 } })).replace('"timeout_ms":', '"timeout_ms":999999,"timeout_ms":'),
+    expect: bad('args.timeout_ms'),
+  },
+  {
+    name: 'mint predicate budget repeated',
+    path: M,
+    raw: () => goodMint().replace('"predicate":{', '"predicate":{"budget":1e9,'),
+    expect: bad('predicate.budget'),
+  },
+  {
+    name: 'mint object prefix repeated',
+    path: M,
+    raw: () => goodMint().replace('{"kind":"path"', '{"prefix":"/","kind":"path"'),
+    expect: bad('objects.0.prefix'),
+  },
   // ---- deep nesting ----------------------------------------------------------------------------
   { name: '10k nested arrays in rights', path: M, raw: () => goodMint().replace('["read","write"]', nested(10_000)), expect: bad('rights.0') },
   {
