@@ -4,8 +4,21 @@
  * the holder's pid). PGlite keeps the WAL and the commit log there; anyone who can write them can
  * undo a committed revocation, and two processes on one directory fork the audit chain.
  */
-import { closeSync, constants, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, readlinkSync, statSync, unlinkSync, writeSync } from 'node:fs';
-import { join } from 'node:path';
+import {
+  closeSync,
+  constants,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  realpathSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 
 /** A refusal to start, with what to do about it; the entries print the message and exit with `exitCode`. */
 export class StartupRefused extends Error {
@@ -17,16 +30,47 @@ export class StartupRefused extends Error {
   }
 }
 
+/**
+ * Refuses (StartupRefused) a directory that another user can swap from above: whoever can rename
+ * entries in a directory over it can move it aside and put their own in its place, checks and all.
+ * Every directory over `dir` must belong to root or this user, and one that group or others can
+ * write must be sticky (like /tmp: there only an entry's owner may rename it). Both chains are
+ * checked, the path as written (whose links can be replaced in their own parents) and its real path
+ * (where the links lead). `what` names `dir` in the message.
+ */
+export function checkAncestors(dir: string, what: string): void {
+  const uid = process.getuid?.();
+  if (uid === undefined) return;
+  const seen = new Set<string>();
+  for (const start of [dirname(resolve(dir)), realpathSync(dirname(resolve(dir)))]) {
+    for (let p = start; !seen.has(p); p = dirname(p)) {
+      seen.add(p);
+      const st = statSync(p);
+      if (st.uid !== 0 && st.uid !== uid)
+        throw new StartupRefused(
+          `${what} ${dir} lies under ${p}, which belongs to uid ${st.uid}: its owner can put another directory in its place. ` +
+            `Fix: keep it under directories that only root or this user (uid ${uid}) own`,
+        );
+      if ((st.mode & 0o022) !== 0 && (st.mode & 0o1000) === 0)
+        throw new StartupRefused(
+          `${what} ${dir} lies under ${p}, which group or others can write (mode ${(st.mode & 0o777).toString(8)}): ` +
+            `they can rename what is in it and put their own in its place. Fix: chmod go-w '${p}'`,
+        );
+    }
+  }
+}
+
 const LOCK_FILE = 'warrant.lock';
 /** Locks this process holds, by lock file path: the server takes its lock before opening, and opening asks again. */
 const held = new Map<string, () => void>();
 
 /**
- * Creates `dir` 0700 when absent; otherwise checks that it and everything in it is closed to group
- * and others, that neither it nor anything in it is a symbolic link, and that it is owned by this
+ * Refuses a data directory under one another user can write (checkAncestors). Creates `dir` 0700
+ * when absent; otherwise checks that it and everything in it is closed to group and others, that neither it nor anything in it is a symbolic link, and that it is owned by this
  * user. Throws `StartupRefused` (naming the path and saying how to fix it) when not.
  */
 export function ensurePrivateDir(dir: string): void {
+  checkAncestors(dir, 'the data directory');
   let created = false;
   try {
     mkdirSync(dir, { mode: 0o700 });

@@ -9,7 +9,7 @@
  */
 import { closeSync, constants, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, renameSync, unlinkSync, writeSync, type Stats } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { StartupRefused } from './datadir.js';
+import { checkAncestors, StartupRefused } from './datadir.js';
 
 function lstatOrNull(path: string): Stats | null {
   try {
@@ -27,7 +27,8 @@ function ownerProblem(st: Stats): string | null {
 
 /**
  * Creates `dir` (and missing parents) 0700 when absent; otherwise refuses (StartupRefused) a link, a
- * non-directory, another user's directory or one group or others can write. `what` names it in the message.
+ * non-directory, another user's directory or one group or others can write; and, either way, one
+ * under a directory another user can write (checkAncestors). `what` names it in the message.
  */
 export function ensureOwnDir(dir: string, what: string): void {
   let st = lstatOrNull(dir);
@@ -35,6 +36,7 @@ export function ensureOwnDir(dir: string, what: string): void {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     st = lstatSync(dir);
   }
+  checkAncestors(dir, what);
   if (st.isSymbolicLink()) throw new StartupRefused(`${what} ${dir} is a symbolic link; give its real path`);
   if (!st.isDirectory()) throw new StartupRefused(`${what} ${dir} is not a directory`);
   const owner = ownerProblem(st);

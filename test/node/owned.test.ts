@@ -6,7 +6,7 @@ import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync,
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { StartupRefused } from '../../src/node/datadir.js';
+import { ensurePrivateDir, StartupRefused } from '../../src/node/datadir.js';
 import { FileSink, sinkFile } from '../../src/node/file-sink.js';
 import { keyFile, listKeyFile, loadKeys, rotateKeyFile } from '../../src/node/keyfile.js';
 import { readConfig } from '../../src/node/config.js';
@@ -114,5 +114,51 @@ describe('the checkpoint sink', () => {
     await new FileSink(sink).append('t1', [line]);
     expect(statSync(sinkFile(sink, 't1')).mode & 0o777).toBe(0o600);
     expect(await new FileSink(sink).last('t1')).toMatchObject({ n: 1 });
+  });
+});
+
+describe('the directories above', () => {
+  // Whoever can rename entries in a directory above the keys, checkpoint or data directory can move
+  // it aside and put their own in its place, checks and all.
+  const keysUnder = (parent: string): string => {
+    const keysDir = join(parent, 'keys');
+    mkdirSync(keysDir, { recursive: true, mode: 0o700 });
+    return keysDir;
+  };
+
+  it('refuses a keys, checkpoint or data directory under one others can write, before using it', async () => {
+    const open = join(dir, 'open');
+    mkdirSync(open);
+    chmodSync(open, 0o777);
+    const keysDir = keysUnder(open);
+    await expect(loadKeys(config(keysDir), quiet)).rejects.toThrow(/keys directory .* lies under .*open, which group or others can write \(mode 777\)/);
+    expect(existsSync(keyFile(keysDir))).toBe(false);
+    await expect(new FileSink(keysDir).append('t1', [{ n: 1, jws: 'eyJ.x.y', consistency: [] }])).rejects.toThrow(/checkpoint directory .* lies under/);
+    expect(() => ensurePrivateDir(join(open, 'data'))).toThrow(/data directory .* lies under .*open, which group or others can write/);
+    expect(existsSync(join(open, 'data'))).toBe(false);
+  });
+
+  it('accepts one that is sticky (like /tmp), where only an entry’s owner may rename it', async () => {
+    const sticky = join(dir, 'sticky');
+    mkdirSync(sticky);
+    chmodSync(sticky, 0o1777);
+    const ring = await loadKeys(config(keysUnder(sticky)), quiet);
+    expect(ring.activeKid).toBeTruthy();
+    ensurePrivateDir(join(sticky, 'data'));
+  });
+
+  it('refuses one reached through a link whose target lies under a directory others can write', async () => {
+    const open = join(dir, 'open');
+    keysUnder(join(open, 'real'));
+    chmodSync(open, 0o777);
+    symlinkSync(join(open, 'real'), join(dir, 'link'));
+    await expect(loadKeys(config(join(dir, 'link', 'keys')), quiet)).rejects.toThrow(/lies under .*open, which group or others can write/);
+  });
+
+  it.skipIf(!isRoot)("refuses one under another user's directory", async () => {
+    const theirs = join(dir, 'theirs');
+    const keysDir = keysUnder(theirs);
+    chownSync(theirs, 65534, 65534);
+    await expect(loadKeys(config(keysDir), quiet)).rejects.toThrow(/lies under .*theirs, which belongs to uid 65534/);
   });
 });
