@@ -145,6 +145,35 @@ function normalizePercent(path: string): Result<string> {
   return bad ? err('must not contain an encoded /, \\ or NUL') : ok(out);
 }
 
+/** One round of percent-decoding as a lenient server does it: each `%XX` to its byte, a `%` that starts no escape kept. */
+const decodeOnce = (s: string): string => s.replace(/%([0-9a-fA-F]{2})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+const MAX_DECODES = 4;
+
+/**
+ * Review: Tomcat, Jetty and Spring drop `;params` from each segment before resolving dot segments, so
+ * `/v1/..;/admin` was granted under `/v1/` and served as `/admin`; a proxy or backend that decodes twice
+ * reads `/v1/%252e%252e/admin` likewise, and `%252F` as `/`. A path segment of the WHATWG-parsed path is
+ * refused when, decoded 0 to 4 times (and not changing on a 5th), with or without everything from its
+ * first `;`, it reads as `.` or `..` or holds a `/`, `\` or NUL. Dot segments WHATWG resolves never get here.
+ */
+function checkSegmentReadings(pathname: string): Result<true> {
+  for (const segment of pathname.split('/')) {
+    for (let s = segment, round = 0; ; round++) {
+      const semicolon = s.indexOf(';');
+      const bare = semicolon === -1 ? s : s.slice(0, semicolon);
+      if (bare === '.' || bare === '..') {
+        return err('must not have a path segment that some servers read as . or .. (path parameters or double encoding)');
+      }
+      if (/[/\\\0]/.test(s)) return err('must not contain a doubly encoded /, \\ or NUL (%252F, %255C, %2500)');
+      const next = decodeOnce(s);
+      if (next === s) break;
+      if (round === MAX_DECODES) return err(`must not have a path segment percent-encoded more than ${MAX_DECODES} times`);
+      s = next;
+    }
+  }
+  return ok(true);
+}
+
 interface ParsedUrl {
   readonly origin: string;
   readonly path: string;
@@ -191,6 +220,8 @@ function parseHttpUrl(raw: string): Result<ParsedUrl> {
   if (!authority.ok) return authority;
   const path = normalizePercent(u.pathname);
   if (!path.ok) return path;
+  const segments = checkSegmentReadings(u.pathname);
+  if (!segments.ok) return segments;
   return ok({ origin: `${u.protocol}//${u.host}`, path: path.value });
 }
 

@@ -60,6 +60,43 @@ const AMBIGUOUS_URLS: [string, string][] = [
   ['a non-canonical IPv6 host', 'https://[::FFFF:1.2.3.4]/'],
 ];
 
+const READS_AS_DOTS = /some servers read as \. or \.\./;
+const DOUBLY_ENCODED = /doubly encoded \/, \\ or NUL/;
+const ENCODED_TOO_OFTEN = /percent-encoded more than 4 times/;
+
+/**
+ * Review: path segments WHATWG keeps as they are but a backend reads as `.` or `..`, or with a `/`, `\`
+ * or NUL, after dropping `;params` (Tomcat, Jetty, Spring) or decoding twice:
+ * `https://api.example.com/v1/..;/admin` was granted under `https://api.example.com/v1/` and Tomcat
+ * serves `/admin`. Refused in a prefix and in a target alike.
+ */
+const SEGMENT_READINGS: [string, string, RegExp][] = [
+  ['.. with an empty path parameter', 'https://api.example.com/v1/..;/admin', READS_AS_DOTS],
+  ['. with a path parameter', 'https://api.example.com/v1/.;x/admin', READS_AS_DOTS],
+  ['.. with a session id', 'https://api.example.com/v1/..;jsessionid=1/admin', READS_AS_DOTS],
+  ['.. with a parameter, last', 'https://api.example.com/v1/..;x', READS_AS_DOTS],
+  ['encoded .. with a path parameter', 'https://api.example.com/v1/%2e%2e;/admin', READS_AS_DOTS],
+  ['half-encoded .. with a path parameter', 'https://api.example.com/v1/.%2E;x/admin', READS_AS_DOTS],
+  ['.. with an encoded ;', 'https://api.example.com/v1/..%3B/admin', READS_AS_DOTS],
+  ['encoded .. with an encoded ;', 'https://api.example.com/v1/%2e%2e%3bx/admin', READS_AS_DOTS],
+  ['.. with a doubly encoded ;', 'https://api.example.com/v1/..%253B/admin', READS_AS_DOTS],
+  ['doubly encoded ..', 'https://api.example.com/v1/%252e%252e/admin', READS_AS_DOTS],
+  ['doubly encoded .. in upper case', 'https://api.example.com/v1/%252E%252E/admin', READS_AS_DOTS],
+  ['half doubly encoded ..', 'https://api.example.com/v1/.%252e/admin', READS_AS_DOTS],
+  ['doubly encoded .', 'https://api.example.com/v1/%252e/admin', READS_AS_DOTS],
+  ['triply encoded ..', 'https://api.example.com/v1/%25252e%25252e/admin', READS_AS_DOTS],
+  ['doubly encoded .. with a path parameter', 'https://api.example.com/v1/%252e%252e;x/admin', READS_AS_DOTS],
+  ['lone % signs that decode twice to ..', 'https://api.example.com/v1/%%32%65%%32%65/admin', READS_AS_DOTS],
+  ['a doubly encoded /', 'https://api.example.com/v1/x%252F..%252F..%252Fadmin', DOUBLY_ENCODED],
+  ['a doubly encoded / in lower case', 'https://api.example.com/v1/%252e%252e%252fadmin', DOUBLY_ENCODED],
+  ['a triply encoded /', 'https://api.example.com/v1/x%25252F', DOUBLY_ENCODED],
+  ['a doubly encoded \\', 'https://api.example.com/v1/..%255Cadmin', DOUBLY_ENCODED],
+  ['a doubly encoded NUL', 'https://api.example.com/v1/x%2500', DOUBLY_ENCODED],
+  ['.. with a doubly encoded NUL', 'https://api.example.com/v1/..%2500/admin', DOUBLY_ENCODED],
+  ['lone % signs that decode twice to /', 'https://api.example.com/v1/%%32%46', DOUBLY_ENCODED],
+  ['a character encoded five times', 'https://api.example.com/v1/%252525252541', ENCODED_TOO_OFTEN],
+];
+
 describe('canonicalObject accepts and normalizes', () => {
   test.each<[string, RawObject, RawObject]>([
     ['an absolute path as is', path('/workspace/traj-1'), path('/workspace/traj-1')],
@@ -83,7 +120,17 @@ describe('canonicalObject accepts and normalizes', () => {
     ['a URL, dot segments resolved', url('https://a.example/v1/./x/../y'), url('https://a.example/v1/y')],
     ['a URL, encoded dot segments resolved', url('https://a.example/v1/%2e%2E/y'), url('https://a.example/y')],
     ['a URL, unreserved escapes decoded and others upper-cased', url('https://a.example/%7e%41%3f'), url('https://a.example/~A%3F')],
-    ['a URL, a lone % escaped so that decoding forms no new escape', url('https://a.example/%%41b/%%32%46'), url('https://a.example/%25Ab/%252F')],
+    ['a URL, a lone % escaped so that decoding forms no new escape', url('https://a.example/%%41b/%%34%31'), url('https://a.example/%25Ab/%2541')],
+    ['a URL with a path parameter that is no dot segment', url('https://a.example/v1/items;v=2/'), url('https://a.example/v1/items;v=2/')],
+    [
+      'a URL whose segments only look like dots with parameters',
+      url('https://a.example/v1/...;x/..a;b/a;../;/%3B..'),
+      url('https://a.example/v1/...;x/..a;b/a;../;/%3B..'),
+    ],
+    ['a URL with an escaped %', url('https://a.example/v1/100%25'), url('https://a.example/v1/100%25')],
+    ['a URL with a doubly encoded harmless character', url('https://a.example/v1/a%2541'), url('https://a.example/v1/a%2541')],
+    ['a URL with a character encoded four times', url('https://a.example/v1/%25252541'), url('https://a.example/v1/%25252541')],
+    ['a URL, .. after a path parameter resolved', url('https://a.example/v1/x;y/../z'), url('https://a.example/v1/z')],
     ['a URL with an IPv6 host', url('https://[::1]:8443/x'), url('https://[::1]:8443/x')],
     ['a URL with an IDN host written as its A-label', url('https://xn--bcher-kva.de/'), url('https://xn--bcher-kva.de/')],
     ['a URL host with one trailing dot, kept', url('https://a.example./v1'), url('https://a.example./v1')],
@@ -156,6 +203,9 @@ describe('canonicalTarget', () => {
     ['a repo target, lower-cased', repoT('GitHub.com/Org/Repo'), repoT('github.com/org/repo')],
     ['a URL target, query and fragment dropped', urlT('https://a.example/v1/x?y=1#z'), urlT('https://a.example/v1/x')],
     ['a URL target, normalized as a prefix is', urlT('HTTPS://A.example:443/v1/./x/../%7Ey'), urlT('https://a.example/v1/~y')],
+    ['a URL target with a path parameter', urlT('https://a.example/v1/items;v=2?x=1'), urlT('https://a.example/v1/items;v=2')],
+    ['a URL target with an escaped %', urlT('https://a.example/v1/100%25'), urlT('https://a.example/v1/100%25')],
+    ['a URL target with a doubly encoded harmless character', urlT('https://a.example/v1/a%2541'), urlT('https://a.example/v1/a%2541')],
   ])('normalizes %s', (_name, raw, expected) => {
     expect(canonicalTarget(raw)).toEqual({ ok: true, value: expected });
   });
@@ -173,6 +223,15 @@ describe('canonicalTarget', () => {
     ...AMBIGUOUS_URLS.map(([name, u]): [string, RawTarget] => [name, urlT(u)]),
   ])('rejects %s', (_name, raw) => {
     expect(canonicalTarget(raw).ok).toBe(false);
+  });
+});
+
+describe('URL path segments that some servers read as . or .. or with a / are refused', () => {
+  test.each(SEGMENT_READINGS)('as a prefix: %s', (_name, u, reason) => {
+    expect(canonicalObject(url(u))).toEqual({ ok: false, error: expect.stringMatching(reason) });
+  });
+  test.each(SEGMENT_READINGS)('as a target: %s', (_name, u, reason) => {
+    expect(canonicalTarget(urlT(u))).toEqual({ ok: false, error: expect.stringMatching(reason) });
   });
 });
 
@@ -217,6 +276,8 @@ describe('isWithin', () => {
     ['a sibling sharing the prefix string', urlT('https://api.example.com/v10'), url('https://api.example.com/v1'), false],
     ['a URL leaving the prefix by ..', urlT('https://api.example.com/v1/../admin'), url('https://api.example.com/v1/'), false],
     ['a URL leaving the prefix by encoded ..', urlT('https://api.example.com/v1/%2e%2e/admin'), url('https://api.example.com/v1/'), false],
+    ['a URL with a path parameter below a prefix', urlT('https://api.example.com/v1/items;v=2'), url('https://api.example.com/v1/'), true],
+    ['a URL with a doubly encoded harmless character below a prefix', urlT('https://api.example.com/v1/a%2541'), url('https://api.example.com/v1/'), true],
     ['a URL with an escaped unreserved character', urlT('https://api.example.com/v1/%7Euser/x'), url('https://api.example.com/v1/~user'), true],
     ['a URL on another scheme', urlT('http://api.example.com/v1/x'), url('https://api.example.com/v1/'), false],
     ['a URL on another port', urlT('https://api.example.com:8443/v1/x'), url('https://api.example.com/v1/'), false],

@@ -685,6 +685,14 @@ const CASES: Case[] = [
   },
   { name: 'url target leading ..', path: P, body: (c) => approveBody(c, { target: url('../https://api.example.com/v1/x') }), expect: bad('target.url') },
   { name: 'url target %2F', path: P, body: (c) => approveBody(c, { target: url('https://api.example.com/v1%2F..%2Fadmin') }), expect: bad('target.url') },
+  // Review: Tomcat drops `;` parameters before resolving `..`, and serves this as /admin.
+  { name: 'url target ..;', path: P, body: (c) => approveBody(c, { target: url('https://api.example.com/v1/..;/admin') }), expect: bad('target.url') },
+  {
+    name: 'url target %252e%252e',
+    path: P,
+    body: (c) => approveBody(c, { target: url('https://api.example.com/v1/%252e%252e/admin') }),
+    expect: bad('target.url'),
+  },
   {
     name: 'url target %252F in userinfo',
     path: P,
@@ -740,6 +748,12 @@ const CASES: Case[] = [
   { name: 'url target file:', path: P, body: (c) => approveBody(c, { target: url('file:///etc/passwd') }), expect: bad('target.url') },
   { name: 'url target not a URL', path: P, body: (c) => approveBody(c, { target: url('not a url') }), expect: bad('target.url') },
   { name: 'mint url object not absolute', path: M, body: () => mintBody({ objects: [{ kind: 'url', prefix: '/v1/' }] }), expect: bad('objects.0') },
+  {
+    name: 'mint url object ..;',
+    path: M,
+    body: () => mintBody({ objects: [{ kind: 'url', prefix: 'https://a.example.com/v1/..;/' }] }),
+    expect: bad('objects.0'),
+  },
   {
     name: 'mint url object ftp scheme',
     path: M,
