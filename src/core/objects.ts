@@ -174,6 +174,23 @@ function checkSegmentReadings(pathname: string): Result<true> {
   return ok(true);
 }
 
+/** A `..` segment as WHATWG reads it: `..`, `.%2e`, `%2e.` or `%2e%2e`, in either case. */
+const DOUBLE_DOT = /^(?:\.|%2e){2}$/i;
+
+/**
+ * Review: WHATWG keeps an empty segment and lets a `..` remove it, so `/v1/x//../admin` became
+ * `/v1/x/admin` (under a `/v1/x/` prefix), while a server that merges slashes first (nginx, Tomcat)
+ * serves `/v1/admin`. `rawPath` is the path as written (after the authority, before `?` or `#`): an
+ * empty segment before its last one, beside a `..` segment, is refused.
+ */
+function checkEmptyBesideDots(rawPath: string): Result<true> {
+  const segments = rawPath.split('/').slice(1);
+  const empty = segments.slice(0, -1).includes('');
+  return empty && segments.some((s) => DOUBLE_DOT.test(s))
+    ? err('must not have an empty path segment (//) beside a .. segment: servers that merge slashes resolve the .. elsewhere')
+    : ok(true);
+}
+
 interface ParsedUrl {
   readonly origin: string;
   readonly path: string;
@@ -222,6 +239,9 @@ function parseHttpUrl(raw: string): Result<ParsedUrl> {
   if (!path.ok) return path;
   const segments = checkSegmentReadings(u.pathname);
   if (!segments.ok) return segments;
+  const rawPath = /^https?:\/\/[^/?#]*([^?#]*)/i.exec(raw)?.[1] ?? '';
+  const empties = checkEmptyBesideDots(rawPath);
+  if (!empties.ok) return empties;
   return ok({ origin: `${u.protocol}//${u.host}`, path: path.value });
 }
 

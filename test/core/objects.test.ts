@@ -63,6 +63,7 @@ const AMBIGUOUS_URLS: [string, string][] = [
 const READS_AS_DOTS = /some servers read as \. or \.\./;
 const DOUBLY_ENCODED = /doubly encoded \/, \\ or NUL/;
 const ENCODED_TOO_OFTEN = /percent-encoded more than 4 times/;
+const EMPTY_BESIDE_DOTS = /empty path segment \(\/\/\) beside a \.\. segment/;
 
 /**
  * Review: path segments WHATWG keeps as they are but a backend reads as `.` or `..`, or with a `/`, `\`
@@ -95,6 +96,10 @@ const SEGMENT_READINGS: [string, string, RegExp][] = [
   ['.. with a doubly encoded NUL', 'https://api.example.com/v1/..%2500/admin', DOUBLY_ENCODED],
   ['lone % signs that decode twice to /', 'https://api.example.com/v1/%%32%46', DOUBLY_ENCODED],
   ['a character encoded five times', 'https://api.example.com/v1/%252525252541', ENCODED_TOO_OFTEN],
+  ['an empty segment that a .. removes', 'https://api.example.com/v1/x//../admin', EMPTY_BESIDE_DOTS],
+  ['an empty segment that a .. at the end removes', 'https://api.example.com/v1/x//..', EMPTY_BESIDE_DOTS],
+  ['an empty segment with an encoded ..', 'https://api.example.com/v1/x//%2E%2e/admin', EMPTY_BESIDE_DOTS],
+  ['an empty segment after a .. ', 'https://api.example.com/v1/x/../y//z', EMPTY_BESIDE_DOTS],
 ];
 
 describe('canonicalObject accepts and normalizes', () => {
@@ -206,6 +211,8 @@ describe('canonicalTarget', () => {
     ['a URL target with a path parameter', urlT('https://a.example/v1/items;v=2?x=1'), urlT('https://a.example/v1/items;v=2')],
     ['a URL target with an escaped %', urlT('https://a.example/v1/100%25'), urlT('https://a.example/v1/100%25')],
     ['a URL target with a doubly encoded harmless character', urlT('https://a.example/v1/a%2541'), urlT('https://a.example/v1/a%2541')],
+    ['a URL target with an empty segment and no ..', urlT('https://a.example/v1//x/'), urlT('https://a.example/v1//x/')],
+    ['a URL target with // and .. only in its query', urlT('https://a.example/v1/x/../y?next=//..'), urlT('https://a.example/v1/y')],
   ])('normalizes %s', (_name, raw, expected) => {
     expect(canonicalTarget(raw)).toEqual({ ok: true, value: expected });
   });
