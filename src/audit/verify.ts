@@ -13,6 +13,7 @@ import { GENESIS_HASH, Store, type AuditRecord, type Db } from '../store/store.j
 import { auditRanges, checkpointLines } from './checkpointer.js';
 import { CHECKPOINT_LAG_MS, verifyCheckpointLog, type AuditKeys, type CheckpointLine, type CheckpointPayload } from './checkpoint.js';
 import { leafHash, memoryReader, rootOf } from './merkle.js';
+import { DecisionReplay } from './replay.js';
 
 /** Where rows `fromSeq`..`toSeq` of a tree sit among the leaves (the checkpointer's ranges). */
 export interface LeafRange {
@@ -56,20 +57,25 @@ export type AuditReport =
 /** Checks a tenant's audit rows, chains and checkpoints; reports the first thing that fails. */
 export async function verifyAudit(keys: AuditKeys, tenantId: string, data: AuditData, genesis: string): Promise<AuditReport> {
   const hashes = new Map<string, Leaf[]>();
-  const chain = await verifyChains(collect(data.rows, hashes), data.heads, genesis);
+  const replay = new DecisionReplay();
+  const chain = await verifyChains(collect(data.rows, hashes, replay), data.heads, genesis);
   if (!chain.ok) return { ok: false, entries: chain.entries, firstBadId: chain.firstBadId, reason: 'a row does not follow its chain' };
   const log = await verifyCheckpointLog(keys, tenantId, data.checkpoints);
   if (!log.ok) return { ok: false, entries: chain.entries, firstBadCheckpoint: log.badCheckpoint, reason: log.reason };
   const last = log.checkpoints[log.checkpoints.length - 1];
+  // A log that holds but records a decision its own earlier rows forbid: the state under it was changed.
+  const unlawful = (): AuditReport | null => (replay.first === null ? null : { ok: false, entries: chain.entries, ...replay.first });
   if (last === undefined)
-    return {
-      ok: true,
-      entries: chain.entries,
-      trees: chain.trees,
-      checkpoint: null,
-      uncovered: chain.entries,
-      oldestUncoveredAt: oldestUncovered(hashes, new Map()),
-    };
+    return (
+      unlawful() ?? {
+        ok: true,
+        entries: chain.entries,
+        trees: chain.trees,
+        checkpoint: null,
+        uncovered: chain.entries,
+        oldestUncoveredAt: oldestUncovered(hashes, new Map()),
+      }
+    );
 
   const { leaves, problem } = leavesOf(data.ranges, hashes, last.size);
   // The earliest failure wins: a checkpoint whose rows are all there but hash to another root comes
@@ -83,14 +89,16 @@ export async function verifyAudit(keys: AuditKeys, tenantId: string, data: Audit
   const covered = coveredSeqs(data.ranges, last.size);
   const late = afterTheFact(log.checkpoints, data.ranges, hashes, covered);
   if (late !== null) return { ok: false, entries: chain.entries, ...late };
-  return {
-    ok: true,
-    entries: chain.entries,
-    trees: chain.trees,
-    checkpoint: { n: last.n, size: last.size, root: last.root, at: last.at },
-    uncovered: chain.entries - last.size,
-    oldestUncoveredAt: oldestUncovered(hashes, covered),
-  };
+  return (
+    unlawful() ?? {
+      ok: true,
+      entries: chain.entries,
+      trees: chain.trees,
+      checkpoint: { n: last.n, size: last.size, root: last.root, at: last.at },
+      uncovered: chain.entries - last.size,
+      oldestUncoveredAt: oldestUncovered(hashes, covered),
+    }
+  );
 }
 
 /**
@@ -132,10 +140,11 @@ interface Leaf {
   readonly at: number;
 }
 
-/** Passes the pages through, keeping each row's hash, id and time by tree and seq. */
-async function* collect(pages: AsyncIterable<AuditRecord[]>, into: Map<string, Leaf[]>): AsyncGenerator<AuditRecord[]> {
+/** Passes the pages through, keeping each row's hash, id and time by tree and seq, and replaying its decision. */
+async function* collect(pages: AsyncIterable<AuditRecord[]>, into: Map<string, Leaf[]>, replay: DecisionReplay): AsyncGenerator<AuditRecord[]> {
   for await (const rows of pages) {
     for (const r of rows) {
+      replay.see(r);
       let tree = into.get(r.treeId);
       if (tree === undefined) into.set(r.treeId, (tree = []));
       tree[Number(r.seq) - 1] = { hash: r.hash, id: r.id, at: r.at.getTime() };

@@ -289,4 +289,51 @@ describe.each(BACKENDS)('audit checkpoints on %s', (backend) => {
     );
     expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 2, reason: expect.stringMatching(/does not extend/) });
   });
+
+  // Whoever writes the database can change the state the next decision reads; the decisions taken
+  // on it are then recorded faithfully, and verify replays each tree from its rows to find them.
+  test('a revocation cleared in the database, and the call it let through, is reported', async () => {
+    const tree = await mint('t-revoked');
+    expect((await h.call('POST', '/v1/revoke', { capability_id: tree.capability_id })).status).toBe(200);
+    expect((await approve(tree.token, '/w/t-revoked/a')).body).toMatchObject({ decision: 'deny', reason: { code: 'revoked' } });
+    expect(await verify()).toMatchObject({ ok: true });
+    await exec(sql`UPDATE capabilities SET revoked_at = NULL, revoke_reason = NULL WHERE id = ${tree.capability_id}`);
+    const granted = await approve(tree.token, '/w/t-revoked/b');
+    expect(granted.body).toMatchObject({ decision: 'grant' });
+    expect(await verify()).toMatchObject({ ok: false, first_bad_id: granted.body.audit_id, reason: expect.stringMatching(/after row .* revoked/) });
+  });
+
+  test('a child of a revoked capability, made once the revocation was cleared, is reported', async () => {
+    const tree = await mint('t-parent');
+    expect((await h.call('POST', '/v1/revoke', { capability_id: tree.capability_id })).status).toBe(200);
+    await exec(sql`UPDATE capabilities SET revoked_at = NULL, revoke_reason = NULL WHERE id = ${tree.capability_id}`);
+    const child = await h.call('POST', '/v1/attenuate', {
+      parent_token: tree.token,
+      rights: ['read'],
+      objects: [{ kind: 'path', prefix: '/w/t-parent/sub' }],
+      predicate: { budget: 1, max_calls: 10 },
+      ttl_s: 60,
+    });
+    expect(child.status).toBe(201);
+    const row = (await treeRows(tree.capability_id)).find((r) => r.event === 'attenuate') as AuditRecord;
+    expect(await verify()).toMatchObject({ ok: false, first_bad_id: row.id, reason: expect.stringMatching(/attenuated capability .* after row/) });
+  });
+
+  test('spending reset in the database, and the grant past the budget it let through, is reported', async () => {
+    const r = await h.call('POST', '/v1/capabilities', {
+      trajectory_id: 't-budget',
+      rights: ['read'],
+      objects: [{ kind: 'path', prefix: '/w/t-budget' }],
+      predicate: { budget: 0.02, max_calls: 1000 },
+      ttl_s: 3600,
+    });
+    const tree = r.body as { capability_id: string; token: string };
+    for (const f of ['a', 'b']) expect((await approve(tree.token, `/w/t-budget/${f}`)).body).toMatchObject({ decision: 'grant' });
+    expect((await approve(tree.token, '/w/t-budget/c')).body).toMatchObject({ decision: 'deny', reason: { code: 'budget_exhausted' } });
+    expect(await verify()).toMatchObject({ ok: true });
+    await exec(sql`UPDATE capabilities SET spent = 0 WHERE id = ${tree.capability_id}`);
+    const granted = await approve(tree.token, '/w/t-budget/d');
+    expect(granted.body).toMatchObject({ decision: 'grant' });
+    expect(await verify()).toMatchObject({ ok: false, first_bad_id: granted.body.audit_id, reason: expect.stringMatching(/past its budget/) });
+  });
 });

@@ -1,0 +1,98 @@
+/**
+ * The replay of each tree's decisions from its rows (src/audit/replay.ts): what the authority would
+ * have refused (a grant under a revocation, past a budget or a call count, its own or an ancestor's)
+ * is found; what it grants lawfully (dry runs, denials and pending calls charge nothing; capabilities
+ * issued elsewhere are not judged) is not.
+ */
+import { describe, expect, test } from 'vitest';
+import { DecisionReplay } from '../../src/audit/replay.js';
+import type { AuditRecord } from '../../src/store/store.js';
+
+let n = 0;
+function row(over: Partial<AuditRecord>): AuditRecord {
+  n += 1;
+  return {
+    tenantId: 'ten',
+    treeId: 'root',
+    seq: n,
+    pos: n,
+    id: `aud_${n}`,
+    at: new Date(0),
+    event: 'approve',
+    decision: 'grant',
+    reasonCode: null,
+    capabilityId: null,
+    parentId: null,
+    trajectoryId: null,
+    op: null,
+    target: null,
+    cost: null,
+    callId: null,
+    detail: null,
+    keyId: null,
+    requestId: null,
+    rootTrajectoryId: null,
+    prevHash: '',
+    hash: '',
+    ...over,
+  };
+}
+const mint = (id: string, predicate: Record<string, unknown>): AuditRecord => row({ event: 'mint', capabilityId: id, treeId: 'root', detail: { predicate } });
+const attenuate = (id: string, parent: string, predicate: Record<string, unknown>): AuditRecord =>
+  row({ event: 'attenuate', capabilityId: id, parentId: parent, detail: { predicate } });
+/** A grant of `cost` micro-units. */
+const call = (cap: string, cost: number, over: Partial<AuditRecord> = {}): AuditRecord => row({ capabilityId: cap, cost: String(cost), ...over });
+const revoke = (cap: string, revoked: string[]): AuditRecord => row({ event: 'revoke', capabilityId: cap, detail: { revoked, reason: null } });
+
+function replay(rows: AuditRecord[]): { firstBadId: string; reason: string } | null {
+  const r = new DecisionReplay();
+  for (const x of rows) r.see(x);
+  return r.first;
+}
+
+describe('DecisionReplay', () => {
+  test('lawful grants up to the budget, with denials, pending calls and dry runs charging nothing', () => {
+    expect(
+      replay([
+        mint('root', { budget: 1 }),
+        call('root', 600_000),
+        call('root', 900_000, { decision: 'deny' }),
+        call('root', 900_000, { decision: 'pending' }),
+        call('root', 900_000, { detail: { dry_run: true } }),
+        call('root', 400_000),
+      ]),
+    ).toBeNull();
+  });
+
+  test('a grant past the budget is named', () => {
+    const past = call('root', 400_001);
+    expect(replay([mint('root', { budget: 1 }), call('root', 600_000), past])).toEqual({
+      firstBadId: past.id,
+      reason: expect.stringMatching(/root past its budget/),
+    });
+  });
+
+  test("a child's calls count against its ancestors' budgets and call counts", () => {
+    const over = call('child', 1);
+    expect(replay([mint('root', { budget: 1, max_calls: 2 }), attenuate('child', 'root', { budget: 1 }), call('root', 1), call('child', 1), over])).toEqual({
+      firstBadId: over.id,
+      reason: expect.stringMatching(/capability root past its max_calls/),
+    });
+  });
+
+  test('a grant under a revoked ancestor is named; one before the revocation is not', () => {
+    const after = call('child', 1);
+    const rows = [mint('root', {}), attenuate('child', 'root', {}), call('child', 1), revoke('root', ['root', 'child']), after];
+    expect(replay(rows)).toEqual({ firstBadId: after.id, reason: expect.stringMatching(/after row aud_\d+ revoked child/) });
+    expect(replay(rows.slice(0, 3))).toBeNull();
+  });
+
+  test('a revocation counts even when its row lists none revoked now (an earlier row did)', () => {
+    const after = call('root', 1);
+    expect(replay([mint('root', {}), revoke('root', []), after])?.firstBadId).toBe(after.id);
+  });
+
+  test("another tree's revocation and capabilities issued outside the tree are not judged", () => {
+    expect(replay([mint('root', {}), revoke('root', ['root']), call('root', 1, { treeId: 'other' }), call('stranger', 1, { treeId: 'root' })])).toBeNull();
+  });
+});
