@@ -174,18 +174,26 @@ function checkSegmentReadings(pathname: string): Result<true> {
   return ok(true);
 }
 
+/** A segment as written and decoded 1 to MAX_DECODES times. */
+function readings(segment: string): string[] {
+  const out = [segment];
+  for (let s = decodeOnce(segment); out.length <= MAX_DECODES && s !== out[out.length - 1]; s = decodeOnce(s)) out.push(s);
+  return out;
+}
+
 /** A `..` segment as WHATWG reads it: `..`, `.%2e`, `%2e.` or `%2e%2e`, in either case. */
 const DOUBLE_DOT = /^(?:\.|%2e){2}$/i;
 
 /**
  * Review: WHATWG keeps an empty segment and lets a `..` remove it, so `/v1/x//../admin` became
  * `/v1/x/admin` (under a `/v1/x/` prefix), while a server that merges slashes first (nginx, Tomcat)
- * serves `/v1/admin`. `rawPath` is the path as written (after the authority, before `?` or `#`): an
+ * serves `/v1/admin`; Tomcat reads `/v1/x/;/../admin` so too, once it has dropped the `;` parameters. `rawPath` is the path as written (after the authority, before `?` or `#`): an
  * empty segment before its last one, beside a `..` segment, is refused.
  */
 function checkEmptyBesideDots(rawPath: string): Result<true> {
   const segments = rawPath.split('/').slice(1);
-  const empty = segments.slice(0, -1).includes('');
+  // A segment of path parameters alone (`;x`, `%3B`) is empty to a server that strips them first.
+  const empty = segments.slice(0, -1).some((s) => readings(s).some((r) => r === '' || r.startsWith(';')));
   return empty && segments.some((s) => DOUBLE_DOT.test(s))
     ? err('must not have an empty path segment (//) beside a .. segment: servers that merge slashes resolve the .. elsewhere')
     : ok(true);

@@ -100,6 +100,10 @@ const SEGMENT_READINGS: [string, string, RegExp][] = [
   ['an empty segment that a .. at the end removes', 'https://api.example.com/v1/x//..', EMPTY_BESIDE_DOTS],
   ['an empty segment with an encoded ..', 'https://api.example.com/v1/x//%2E%2e/admin', EMPTY_BESIDE_DOTS],
   ['an empty segment after a .. ', 'https://api.example.com/v1/x/../y//z', EMPTY_BESIDE_DOTS],
+  ['a segment of parameters alone that a .. removes', 'https://api.example.com/v1/x/;/../admin', EMPTY_BESIDE_DOTS],
+  ['a segment of a session id alone that a .. removes', 'https://api.example.com/v1/x/;jsessionid=1/../admin', EMPTY_BESIDE_DOTS],
+  ['a parameters segment two levels down', 'https://api.example.com/v1/x/a/;/../../admin', EMPTY_BESIDE_DOTS],
+  ['an encoded parameters segment', 'https://api.example.com/v1/x/%3b/../admin', EMPTY_BESIDE_DOTS],
 ];
 
 describe('canonicalObject accepts and normalizes', () => {
@@ -212,6 +216,7 @@ describe('canonicalTarget', () => {
     ['a URL target with an escaped %', urlT('https://a.example/v1/100%25'), urlT('https://a.example/v1/100%25')],
     ['a URL target with a doubly encoded harmless character', urlT('https://a.example/v1/a%2541'), urlT('https://a.example/v1/a%2541')],
     ['a URL target with an empty segment and no ..', urlT('https://a.example/v1//x/'), urlT('https://a.example/v1//x/')],
+    ['a URL target with parameters and a .. but no empty segment', urlT('https://a.example/v1/items;v=2/a/../b'), urlT('https://a.example/v1/items;v=2/b')],
     ['a URL target with // and .. only in its query', urlT('https://a.example/v1/x/../y?next=//..'), urlT('https://a.example/v1/y')],
   ])('normalizes %s', (_name, raw, expected) => {
     expect(canonicalTarget(raw)).toEqual({ ok: true, value: expected });
