@@ -4,20 +4,7 @@
  * the holder's pid). PGlite keeps the WAL and the commit log there; anyone who can write them can
  * undo a committed revocation, and two processes on one directory fork the audit chain.
  */
-import {
-  closeSync,
-  constants,
-  lstatSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  readdirSync,
-  readlinkSync,
-  realpathSync,
-  statSync,
-  unlinkSync,
-  writeSync,
-} from 'node:fs';
+import { closeSync, constants, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, readlinkSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 
 /** A refusal to start, with what to do about it; the entries print the message and exit with `exitCode`. */
@@ -30,33 +17,51 @@ export class StartupRefused extends Error {
   }
 }
 
+/** Links followed at most while walking a path, as Linux's own limit (ELOOP after 40). */
+const MAX_LINKS = 40;
+
 /**
  * Refuses (StartupRefused) a directory that another user can swap from above: whoever can rename
- * entries in a directory over it can move it aside and put their own in its place, checks and all.
- * Every directory over `dir` must belong to root or this user, and one that group or others can
- * write must be sticky (like /tmp: there only an entry's owner may rename it). Both chains are
- * checked, the path as written (whose links can be replaced in their own parents) and its real path
- * (where the links lead). `what` names `dir` in the message.
+ * entries in a directory over it, or replace a link on the way to it, can put their own in its
+ * place, checks and all. The path to `dir`'s parent is walked as the kernel resolves it, from `/`,
+ * one name at a time: every directory a name is looked up in must belong to root or this user, and
+ * one that group or others can write must be sticky (like /tmp: there only an entry's owner may
+ * rename it); every link passed must belong to root or this user too, and its target is walked on
+ * from the directory that holds it. `what` names `dir` in the message.
  */
 export function checkAncestors(dir: string, what: string): void {
   const uid = process.getuid?.();
   if (uid === undefined) return;
-  const seen = new Set<string>();
-  for (const start of [dirname(resolve(dir)), realpathSync(dirname(resolve(dir)))]) {
-    for (let p = start; !seen.has(p); p = dirname(p)) {
-      seen.add(p);
-      const st = statSync(p);
-      if (st.uid !== 0 && st.uid !== uid)
-        throw new StartupRefused(
-          `${what} ${dir} lies under ${p}, which belongs to uid ${st.uid}: its owner can put another directory in its place. ` +
-            `Fix: keep it under directories that only root or this user (uid ${uid}) own`,
-        );
-      if ((st.mode & 0o022) !== 0 && (st.mode & 0o1000) === 0)
-        throw new StartupRefused(
-          `${what} ${dir} lies under ${p}, which group or others can write (mode ${(st.mode & 0o777).toString(8)}): ` +
-            `they can rename what is in it and put their own in its place. Fix: chmod go-w '${p}'`,
-        );
+  const refuse = (p: string, why: string, fix: string): never => {
+    throw new StartupRefused(`${what} ${dir} lies under ${p}, ${why}: they can put another directory in its place. Fix: ${fix}`);
+  };
+  const checkDir = (p: string): void => {
+    const st = lstatSync(p);
+    if (st.uid !== 0 && st.uid !== uid) refuse(p, `which belongs to uid ${st.uid}`, `keep it under directories that only root or this user (uid ${uid}) own`);
+    if ((st.mode & 0o022) !== 0 && (st.mode & 0o1000) === 0)
+      refuse(p, `which group or others can write (mode ${(st.mode & 0o777).toString(8)})`, `chmod go-w '${p}'`);
+  };
+  let cur = '/';
+  checkDir(cur);
+  const names = resolve(dir).split('/').slice(1, -1);
+  for (let links = 0, name = names.shift(); name !== undefined; name = names.shift()) {
+    if (name === '' || name === '.') continue;
+    if (name === '..') {
+      cur = dirname(cur); // checked on the way down
+      continue;
     }
+    const next = join(cur, name);
+    const st = lstatSync(next);
+    if (st.isSymbolicLink()) {
+      if (st.uid !== 0 && st.uid !== uid) refuse(next, `a link that belongs to uid ${st.uid}`, `give the real path`);
+      if (++links > MAX_LINKS) refuse(next, 'a chain of more than 40 links', 'give the real path');
+      const target = readlinkSync(next);
+      if (target.startsWith('/')) cur = '/';
+      names.unshift(...target.split('/'));
+      continue;
+    }
+    checkDir(next);
+    cur = next;
   }
 }
 

@@ -2,7 +2,7 @@
  * The keys directory, its rings and the checkpoint sink against the account next door: nobody but
  * their owner may plant a key the server trusts, read a private key, or redirect the evidence.
  */
-import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, lchownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -153,6 +153,37 @@ describe('the directories above', () => {
     chmodSync(open, 0o777);
     symlinkSync(join(open, 'real'), join(dir, 'link'));
     await expect(loadKeys(config(join(dir, 'link', 'keys')), quiet)).rejects.toThrow(/lies under .*open, which group or others can write/);
+  });
+
+  it('refuses one reached through a link that lies in a directory others can write', async () => {
+    // safe/ln -> open/hop -> real: neither the path as written nor the real path passes through
+    // open, but whoever writes open can point hop elsewhere.
+    const open = join(dir, 'open');
+    mkdirSync(open);
+    chmodSync(open, 0o777);
+    keysUnder(join(dir, 'real'));
+    symlinkSync(join(dir, 'real'), join(open, 'hop'));
+    mkdirSync(join(dir, 'safe'));
+    symlinkSync(join(open, 'hop'), join(dir, 'safe', 'ln'));
+    await expect(loadKeys(config(join(dir, 'safe', 'ln', 'keys')), quiet)).rejects.toThrow(/lies under .*open, which group or others can write/);
+  });
+
+  it.skipIf(!isRoot)("refuses one reached through another user's link, even in a sticky directory", async () => {
+    const sticky = join(dir, 'sticky');
+    mkdirSync(sticky);
+    chmodSync(sticky, 0o1777);
+    keysUnder(join(dir, 'real'));
+    symlinkSync(join(dir, 'real'), join(sticky, 'ln'));
+    lchownSync(join(sticky, 'ln'), 1234, 1234);
+    await expect(loadKeys(config(join(sticky, 'ln', 'keys')), quiet)).rejects.toThrow(/lies under .*ln, a link that belongs to uid 1234/);
+  });
+
+  it('follows relative links and .. in their targets as the kernel does', async () => {
+    keysUnder(join(dir, 'real'));
+    mkdirSync(join(dir, 'a', 'b'), { recursive: true });
+    symlinkSync('../../real', join(dir, 'a', 'b', 'up'));
+    const ring = await loadKeys(config(join(dir, 'a', 'b', 'up', 'keys')), quiet);
+    expect(ring.activeKid).toBeTruthy();
   });
 
   it.skipIf(!isRoot)("refuses one under another user's directory", async () => {
