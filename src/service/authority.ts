@@ -27,6 +27,7 @@ import { StoreUnavailable, type Store } from '../store/store.js';
 import { FenceLost, type CallerIds, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
 import { ApiError, invalidRequest, unavailableFrom, type FieldError } from './errors.js';
 import { TokenCache } from './token-cache.js';
+import { ResponseSealer } from './seal.js';
 import { Approver } from './approve.js';
 import { Approvals } from './approvals.js';
 import { ToolRegistry } from './tools.js';
@@ -111,6 +112,8 @@ export class Authority {
   readonly tools: ToolRegistry;
   readonly approvals: Approvals;
   private readonly approver: Approver;
+  /** Made from the signing key on first use (an async signature), then shared. */
+  private sealer: Promise<ResponseSealer> | undefined;
 
   constructor(private readonly deps: AuthorityDeps) {
     this.tokens = new TokenCache(deps.keys);
@@ -429,6 +432,8 @@ export class Authority {
     // The writer bounds `decide` by the deadline itself, knowing whether COMMIT was sent.
     if (k.key === undefined || requestHash === undefined) return { result: await this.guard(() => decide(null)) };
     const key: IdemKey = { tenantId: k.tenantId, scope: k.scope, key: k.key };
+    this.sealer ??= ResponseSealer.from(this.deps.keys);
+    const sealer = await this.sealer;
     const claiming = claim(this.deps.store.db, key, requestHash, newId('own'), this.deps.now());
     const c = await this.guard(() => claiming, deadline).catch((e: unknown) => {
       // A claim that lands after the deadline decided nothing: give the key back for the repeat.
@@ -437,6 +442,14 @@ export class Authority {
     });
     switch (c.kind) {
       case 'completed':
+        // Answered only when the record is the one this authority stored for this very request.
+        if (c.requestHash !== requestHash || !sealer.holds(key, requestHash, c.response, c.seal))
+          throw new ApiError(
+            503,
+            'unavailable',
+            'the stored answer for this idempotency key does not hold its seal (changed in the database, or sealed under a retired signing key); nothing is granted: repeat with a new call_id / Idempotency-Key',
+            { outcome: 'not_committed' },
+          );
         return { replay: c.response };
       case 'conflict':
         throw new ApiError(409, 'idempotency_conflict', 'this idempotency key was used with a different request');
@@ -444,7 +457,8 @@ export class Authority {
         throw new ApiError(409, 'in_flight', 'a request with this idempotency key is still being decided');
       case 'claimed':
         try {
-          return { result: await decide(c.fence) };
+          const fence: Fence = { ...c.fence, seal: (r) => sealer.seal(key, requestHash, r) };
+          return { result: await decide(fence) };
         } catch (e) {
           // Settled in the background once the deadline has passed: the answer must not wait for it.
           const settling = this.settleFailure(c.fence, e);

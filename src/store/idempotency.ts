@@ -24,6 +24,9 @@ export interface IdemKey {
 
 export interface Fence extends IdemKey {
   readonly owner: string;
+  readonly requestHash: string;
+  /** The seal to store with the record's answer (src/service/seal.ts); a record stored without one is never answered from. */
+  readonly seal?: (response: StoredResponse) => string;
 }
 
 export interface StoredResponse {
@@ -33,7 +36,7 @@ export interface StoredResponse {
 
 export type Claim =
   | { readonly kind: 'claimed'; readonly fence: Fence }
-  | { readonly kind: 'completed'; readonly response: StoredResponse }
+  | { readonly kind: 'completed'; readonly response: StoredResponse; readonly requestHash: string; readonly seal: string | null }
   | { readonly kind: 'conflict' }
   | { readonly kind: 'in_flight' };
 
@@ -47,11 +50,12 @@ export async function claim(db: Db, k: IdemKey, requestHash: string, owner: stri
       .values({ ...k, requestHash, state: 'in_flight', owner, claimedAt: now })
       .onConflictDoNothing()
       .returning({ owner: idempotency.owner });
-    if (inserted.length === 1) return { kind: 'claimed', fence: { ...k, owner } };
+    if (inserted.length === 1) return { kind: 'claimed', fence: { ...k, owner, requestHash } };
     const [row] = await db.select().from(idempotency).where(where(k));
     if (row === undefined) continue; // released between our insert and select: try again
     if (row.requestHash !== requestHash) return { kind: 'conflict' };
-    if (row.state === 'completed') return { kind: 'completed', response: { status: row.status ?? 200, body: row.response } };
+    if (row.state === 'completed')
+      return { kind: 'completed', response: { status: row.status ?? 200, body: row.response }, requestHash: row.requestHash, seal: row.seal };
     if (row.state === 'in_flight' && row.claimedAt.getTime() > now.getTime() - CLAIM_LEASE_MS) return { kind: 'in_flight' };
     // In doubt, or a stale claim: take it over. If the old owner's batch holds the fence, this
     // waits for it to end and then matches nothing when that batch completed the key.
@@ -66,7 +70,7 @@ export async function claim(db: Db, k: IdemKey, requestHash: string, owner: stri
         ),
       )
       .returning({ owner: idempotency.owner });
-    if (taken.length === 1) return { kind: 'claimed', fence: { ...k, owner } };
+    if (taken.length === 1) return { kind: 'claimed', fence: { ...k, owner, requestHash } };
   }
   return { kind: 'in_flight' };
 }
@@ -91,11 +95,11 @@ CROSS JOIN LATERAL (SELECT i.tenant_id, i.scope, i.key, i.state, i.owner FROM id
  * fails and with it the batch's COMMIT (`everyRecordMatched`, as for the charges).
  */
 export const COMPLETE_FENCES = `WITH done AS (
-  SELECT x.status, x.response, i.row FROM jsonb_to_recordset($1::jsonb) AS x(tenant_id text, scope text, key text, owner text, status int, response jsonb)
+  SELECT x.status, x.response, x.seal, i.row FROM jsonb_to_recordset($1::jsonb) AS x(tenant_id text, scope text, key text, owner text, status int, response jsonb, seal text)
   CROSS JOIN LATERAL (SELECT i.ctid AS row FROM idempotency AS i
     WHERE i.tenant_id = x.tenant_id AND i.scope = x.scope AND i.key = x.key AND i.owner = x.owner OFFSET 0) AS i
 ), completed AS (
-  UPDATE idempotency AS i SET state = 'completed', status = done.status, response = done.response FROM done WHERE i.ctid = done.row RETURNING 1
+  UPDATE idempotency AS i SET state = 'completed', status = done.status, response = done.response, seal = done.seal FROM done WHERE i.ctid = done.row RETURNING 1
 )
 SELECT ${everyRecordMatched('completed', 1, 'idempotency records completed')} AS completed`;
 
@@ -131,6 +135,7 @@ export function completeFences(c: BatchConn, done: readonly { fence: Fence; resp
     owner: f.owner,
     status: r.status,
     response: r.body,
+    seal: f.seal?.(r) ?? null,
   }));
   return c.query(COMPLETE_FENCES, [JSON.stringify(rows)]);
 }

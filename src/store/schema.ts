@@ -112,6 +112,8 @@ export const idempotency = pgTable(
     claimedAt: at('claimed_at').notNull(),
     status: integer('status'),
     response: jsonb('response'),
+    /** An HMAC over key, request hash and answer (src/service/seal.ts): a record whose seal fails is never answered from. */
+    seal: text('seal'),
   },
   (t) => [primaryKey({ columns: [t.tenantId, t.scope, t.key] }), check('idempotency_state_ck', sql`${t.state} IN ('in_flight', 'completed', 'in_doubt')`)],
 );

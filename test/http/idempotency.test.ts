@@ -320,4 +320,55 @@ describe.each(BACKENDS)('idempotency on %s', (backend) => {
       expect(await stored(cap.capability_id)).toMatchObject({ calls: 2, spent: 0.2 });
     });
   });
+
+  // ---- stored answers against whoever writes the database ---------------------------------------
+
+  describe('a stored answer changed in the database is never replayed', () => {
+    /** The idempotency record of `callId` under `cap`, changed by `set` as a database writer would. */
+    const tamper = (cap: Issued, callId: string, set: ReturnType<typeof sql>): Promise<unknown> =>
+      h.database.db.execute(
+        sql`UPDATE idempotency SET ${set} WHERE tenant_id = ${h.tenantIds.a} AND scope = 'approve' AND key = ${`${cap.capability_id}:${callId}`}`,
+      );
+
+    test('a denial rewritten as a grant: 503, nothing granted, nothing charged', async () => {
+      const cap = await mintRoot({ budget: 0.05 });
+      const first = await approve(cap, { call_id: 'c-forged' });
+      expect(first.body.reason.code).toBe('budget_exhausted');
+      const forged = { ...first.body, decision: 'grant', reason: null };
+      await tamper(cap, 'c-forged', sql`response = ${JSON.stringify(forged)}::jsonb`);
+      const r = await approve(cap, { call_id: 'c-forged' });
+      expect(r.status).toBe(503);
+      expect(r.body.error.code).toBe('unavailable');
+      expect(r.body.decision).toBeUndefined();
+      expect(await stored(cap.capability_id)).toMatchObject({ spent: 0, calls: 0 });
+    });
+
+    test("a genuine grant moved onto another request by changing the record's request hash: 503", async () => {
+      const cap = await mintRoot();
+      expect((await approve(cap, { call_id: 'c-moved' })).body.decision).toBe('grant');
+      // What the other request hashes to is what a 409 would otherwise compare against; the writer
+      // makes the record claim it.
+      const other = { op: 'write', target: { kind: 'path', path: '/workspace/elsewhere' } };
+      const [row] = await h.database.db
+        .execute(sql`SELECT request_hash FROM idempotency WHERE key = ${`${cap.capability_id}:c-moved`}`)
+        .then((x) => (Array.isArray(x) ? x : (x as { rows: Record<string, unknown>[] }).rows));
+      expect(row?.request_hash).toEqual(expect.any(String));
+      expect((await approve(cap, { call_id: 'c-moved', ...other })).status).toBe(409);
+      const { hashJson } = await import('../../src/crypto/hash.js');
+      await tamper(cap, 'c-moved', sql`request_hash = ${hashJson({ op: 'write', target: other.target, cost: '100000', args: {} })}`);
+      const r = await approve(cap, { call_id: 'c-moved', ...other });
+      expect(r.status).toBe(503);
+    });
+
+    test('a record with its seal removed, or a seal copied from another record: 503', async () => {
+      const cap = await mintRoot();
+      const a = await approve(cap, { call_id: 'c-a' });
+      await approve(cap, { call_id: 'c-b' });
+      expect((await approve(cap, { call_id: 'c-a' })).body).toEqual(replayOf(a.body));
+      await tamper(cap, 'c-b', sql`seal = (SELECT seal FROM idempotency WHERE key = ${`${cap.capability_id}:c-a`})`);
+      expect((await approve(cap, { call_id: 'c-b' })).status).toBe(503);
+      await tamper(cap, 'c-a', sql`seal = NULL`);
+      expect((await approve(cap, { call_id: 'c-a' })).status).toBe(503);
+    });
+  });
 });

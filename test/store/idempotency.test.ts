@@ -99,7 +99,7 @@ describe.each(BACKENDS)('idempotency records on %s', (backend) => {
 
   test('an unseen key is claimed, and held in flight by its owner', async () => {
     const k = keyOf();
-    expect(await claimAt(k, 'own-1')).toEqual({ kind: 'claimed', fence: { ...k, owner: 'own-1' } });
+    expect(await claimAt(k, 'own-1')).toEqual({ kind: 'claimed', fence: { ...k, owner: 'own-1', requestHash: HASH } });
     expect(await record(k)).toEqual({ state: 'in_flight', owner: 'own-1' });
   });
 
@@ -142,7 +142,8 @@ describe.each(BACKENDS)('idempotency records on %s', (backend) => {
     expect(await submit(chargeUnit(fence, response))).toBeNull();
     expect(await record(k)).toEqual({ state: 'completed', owner: 'own-1' });
     // Long after the lease too: a completed key is never taken over.
-    for (const offset of [1, 3 * CLAIM_LEASE_MS]) expect(await claimAt(k, 'own-2', offset)).toEqual({ kind: 'completed', response });
+    for (const offset of [1, 3 * CLAIM_LEASE_MS])
+      expect(await claimAt(k, 'own-2', offset)).toEqual({ kind: 'completed', response, requestHash: HASH, seal: null });
     expect(await claimAt(k, 'own-3', 1, OTHER_HASH)).toEqual({ kind: 'conflict' });
     expect(runs.n - ranBefore).toBe(1);
     expect((await spent()) - before).toBe(COST);
@@ -164,7 +165,7 @@ describe.each(BACKENDS)('idempotency records on %s', (backend) => {
     const fence = claimed(await claimAt(k, 'own-1'));
     await release(h.store.db, fence);
     expect(await record(k)).toBeNull();
-    expect(await claimAt(k, 'own-2', 1, OTHER_HASH)).toEqual({ kind: 'claimed', fence: { ...k, owner: 'own-2' } });
+    expect(await claimAt(k, 'own-2', 1, OTHER_HASH)).toEqual({ kind: 'claimed', fence: { ...k, owner: 'own-2', requestHash: OTHER_HASH } });
   });
 
   // ---- in doubt (outcome unknown) -----------------------------------------------------------------
@@ -188,7 +189,7 @@ describe.each(BACKENDS)('idempotency records on %s', (backend) => {
     expect(await submit(chargeUnit(repeat, { status: 200, body: { n: 2 } }))).toBeNull();
     expect(await record(k)).toEqual({ state: 'completed', owner: 'own-2' });
     expect((await spent()) - before).toBe(COST);
-    expect(await claimAt(k, 'own-3', 2)).toEqual({ kind: 'completed', response: { status: 200, body: { n: 2 } } });
+    expect(await claimAt(k, 'own-3', 2)).toEqual({ kind: 'completed', response: { status: 200, body: { n: 2 } }, requestHash: HASH, seal: null });
   });
 
   test('in doubt, the decision having committed: the key stays completed and a repeat replays, never re-charging', async () => {
@@ -199,7 +200,7 @@ describe.each(BACKENDS)('idempotency records on %s', (backend) => {
     expect(await submit(chargeUnit(original, { status: 200, body: { n: 1 } }))).toBeNull();
     // The caller lost the answer (say, the connection dropped after COMMIT) and marks the key in doubt.
     await markInDoubt(h.store.db, original);
-    expect(await claimAt(k, 'own-2', 1)).toEqual({ kind: 'completed', response: { status: 200, body: { n: 1 } } });
+    expect(await claimAt(k, 'own-2', 1)).toEqual({ kind: 'completed', response: { status: 200, body: { n: 1 } }, requestHash: HASH, seal: null });
     expect(runs.n - ranBefore).toBe(1);
     expect((await spent()) - before).toBe(COST);
   });
@@ -280,6 +281,11 @@ describe.each(BACKENDS)('idempotency records on %s', (backend) => {
     expect(await record(k)).toEqual({ state: 'in_flight', owner: 'own-2' });
 
     expect(await submit(chargeUnit(fresh, { status: 200, body: { n: 2 } }))).toBeNull();
-    expect(await claimAt(k, 'own-3', CLAIM_LEASE_MS + 2)).toEqual({ kind: 'completed', response: { status: 200, body: { n: 2 } } });
+    expect(await claimAt(k, 'own-3', CLAIM_LEASE_MS + 2)).toEqual({
+      kind: 'completed',
+      response: { status: 200, body: { n: 2 } },
+      requestHash: HASH,
+      seal: null,
+    });
   });
 });

@@ -1,0 +1,57 @@
+/**
+ * Seals on stored idempotent answers. A repeated `call_id` or Idempotency-Key is answered from the
+ * idempotency table, with no new decision and no new audit row, so whoever can write the database
+ * could otherwise put a grant there (or move a genuine one onto another request by changing its
+ * request hash) and have the authority answer it. Each completed record is sealed with an HMAC over
+ * the key, the request's hash and the answer; a record whose seal does not hold is never answered
+ * (503, nothing granted).
+ *
+ * The HMAC key comes from the active token signing key, which the database never sees: SHA-256 of
+ * the Ed25519 signature (deterministic, RFC 8032) over a fixed label. A seal names the kid it was
+ * made under; after a rotation, records sealed under the old key are refused like forged ones (a
+ * repeat with a new call_id decides again).
+ */
+import { hmac } from '@noble/hashes/hmac.js';
+import { sha256 } from '@noble/hashes/sha2.js';
+import { utf8ToBytes } from '@noble/hashes/utils.js';
+import { CompactSign, base64url } from 'jose';
+import type { KeyRing } from '../crypto/keys.js';
+import { canonicalJson } from '../crypto/hash.js';
+import type { IdemKey, StoredResponse } from '../store/idempotency.js';
+
+const LABEL = 'warrant idempotency seal key v1';
+
+export class ResponseSealer {
+  private constructor(
+    private readonly kid: string,
+    private readonly key: Uint8Array,
+  ) {}
+
+  static async from(keys: KeyRing): Promise<ResponseSealer> {
+    const jws = await new CompactSign(utf8ToBytes(LABEL)).setProtectedHeader({ alg: 'EdDSA' }).sign(keys.signingKey);
+    return new ResponseSealer(keys.activeKid, sha256(utf8ToBytes(jws)));
+  }
+
+  /** The seal of `response` stored under `k` for a request hashing to `requestHash`. */
+  seal(k: IdemKey, requestHash: string, response: StoredResponse): string {
+    return `${this.kid}.${this.mac(k, requestHash, response)}`;
+  }
+
+  /** Whether `seal` is this key's seal of exactly this record. */
+  holds(k: IdemKey, requestHash: string, response: StoredResponse, seal: string | null): boolean {
+    if (seal === null) return false;
+    const dot = seal.lastIndexOf('.');
+    if (dot === -1 || seal.slice(0, dot) !== this.kid) return false;
+    const want = this.mac(k, requestHash, response);
+    const got = seal.slice(dot + 1);
+    // Compared in full whatever differs first: the time taken says nothing of where.
+    let diff = want.length ^ got.length;
+    for (let i = 0; i < want.length; i++) diff |= want.charCodeAt(i) ^ (got.charCodeAt(i) || 0);
+    return diff === 0;
+  }
+
+  private mac(k: IdemKey, requestHash: string, response: StoredResponse): string {
+    const text = canonicalJson([k.tenantId, k.scope, k.key, requestHash, response.status, response.body ?? null]);
+    return base64url.encode(hmac(sha256, this.key, utf8ToBytes(text)));
+  }
+}
