@@ -15,6 +15,12 @@
  * approve its own calls. The rule is per key: an admin key can create another key and approve with
  * it, so a leaked admin key still needs revoking. Approvals asked before the rule (migration 0005)
  * name no asking key and are not held to it.
+ *
+ * Each approval row is sealed (src/service/seal.ts) when it is asked and again when it is settled,
+ * over everything in it: whoever writes the database could otherwise mark a rejected or unanswered
+ * call approved with a grant as its outcome, which its driver would act on with no grant in the
+ * audit, or change what an approver is shown and what the resolution is decided on. A row whose
+ * seal does not hold is never shown nor resolved: 503, nothing granted.
  */
 import { evaluateApprove, deny } from '../core/approve.js';
 import { fromMicro } from '../core/money.js';
@@ -26,6 +32,7 @@ import { findApproval, INSERT_APPROVAL, listApprovals, LOCK_APPROVAL, SETTLE_APP
 import type { AuditDraft, CallerIds, DecisionWriter } from '../store/writer.js';
 import { ApiError, unavailableFrom } from './errors.js';
 import type { Reply } from './authority.js';
+import type { ResponseSealer } from './seal.js';
 
 /** How long a call waits for a person before it is denied `approval_expired` (capped by its capability's expiry). */
 export const APPROVAL_TTL_S = 900;
@@ -52,6 +59,46 @@ export interface AskedCall {
 }
 
 const iso = (d: Date): string => d.toISOString();
+
+/** What an approval row's seal covers: every column but the seal, as read back from the database. */
+function approvalParts(r: Omit<ApprovalRecord, 'seal'>): unknown[] {
+  return [
+    r.id,
+    r.tenantId,
+    r.capabilityId,
+    r.trajectoryId,
+    r.tool,
+    Number(r.toolVersion),
+    r.sideEffect,
+    r.callId,
+    r.op,
+    r.target,
+    r.args,
+    BigInt(r.cost).toString(),
+    r.claims,
+    r.state,
+    iso(r.createdAt),
+    iso(r.expiresAt),
+    r.resolvedAt === null ? null : iso(r.resolvedAt),
+    r.resolvedBy,
+    r.note,
+    r.outcome ?? null,
+    r.requestedBy,
+  ];
+}
+
+/** A JSON value as the database hands it back (jsonb drops undefined members, numbers stay doubles). */
+const stored = (v: unknown): unknown => (v === undefined ? null : JSON.parse(JSON.stringify(v)));
+
+const unsealed = (): ApiError =>
+  new ApiError(
+    503,
+    'unavailable',
+    'the approval record does not hold its seal (changed in the database, or sealed under a retired signing key); nothing is granted',
+    {
+      outcome: 'not_committed',
+    },
+  );
 
 /** The approve answer to a call waiting for a person. */
 export function pendingBody(approvalId: string, expiresAt: Date, capabilityId: string, auditId: string): Record<string, unknown> {
@@ -92,10 +139,39 @@ export function approvalBody(r: ApprovalRecord): Record<string, unknown> {
   };
 }
 
-/** Inserts the approval row of a call asked now; returns its id and expiry. Runs inside the approve unit. */
-export async function askApproval(tx: DecisionTx, tenantId: string, call: AskedCall, now: Date): Promise<{ id: string; expiresAt: Date }> {
+/** Inserts the approval row of a call asked now, sealed; returns its id and expiry. Runs inside the approve unit. */
+export async function askApproval(
+  tx: DecisionTx,
+  tenantId: string,
+  call: AskedCall,
+  now: Date,
+  sealer: ResponseSealer,
+): Promise<{ id: string; expiresAt: Date }> {
   const id = newId('apv');
   const expiresAt = new Date(Math.min(now.getTime() + APPROVAL_TTL_S * 1000, call.cap.exp * 1000));
+  const record: Omit<ApprovalRecord, 'seal'> = {
+    id,
+    tenantId,
+    capabilityId: call.cap.id,
+    trajectoryId: call.cap.trajectory,
+    tool: call.tool.name,
+    toolVersion: call.tool.version,
+    sideEffect: call.tool.sideEffect,
+    callId: call.callId,
+    op: call.op,
+    target: stored(call.target),
+    args: stored(call.args),
+    cost: call.cost.toString(),
+    claims: stored(call.cap),
+    state: 'pending',
+    createdAt: now,
+    expiresAt,
+    resolvedAt: null,
+    resolvedBy: null,
+    note: null,
+    outcome: null,
+    requestedBy: call.requestedBy,
+  };
   await tx.query(INSERT_APPROVAL, [
     id,
     tenantId,
@@ -113,6 +189,7 @@ export async function askApproval(tx: DecisionTx, tenantId: string, call: AskedC
     iso(now),
     iso(expiresAt),
     call.requestedBy,
+    sealer.sealOf('approval', approvalParts(record)),
   ]);
   return { id, expiresAt };
 }
@@ -128,12 +205,19 @@ export class Approvals {
     private readonly store: Store,
     private readonly writer: DecisionWriter,
     private readonly now: () => Date,
+    readonly sealing: () => Promise<ResponseSealer>,
   ) {}
 
   private async find(tenantId: string, id: string): Promise<ApprovalRecord> {
     const r = await findApproval(this.store.db, tenantId, id);
     if (r === null) throw new ApiError(404, 'not_found', 'no such approval');
+    await this.check(r);
     return r;
+  }
+
+  /** Refuses (503) a row whose seal does not hold. */
+  private async check(r: ApprovalRecord): Promise<void> {
+    if (!(await this.sealing()).holdsOf('approval', approvalParts(r), r.seal)) throw unsealed();
   }
 
   /**
@@ -191,6 +275,7 @@ export class Approvals {
 
   async list(tenantId: string, state: ApprovalRecord['state'], limit: number): Promise<Reply> {
     const rows = await this.guard(() => listApprovals(this.store.db, tenantId, state, limit));
+    for (const r of rows) await this.check(r);
     return { status: 200, body: { approvals: rows.map(approvalBody) } };
   }
 
@@ -206,6 +291,7 @@ export class Approvals {
     deadline?: Deadline,
   ): Promise<void> {
     const cap = r.claims as VerifiedCapability;
+    const sealer = await this.sealing();
     await this.guard(() =>
       this.writer.submit(
         {
@@ -279,14 +365,23 @@ export class Approvals {
               }
             }
             outcome = { ...outcome, approval_id: r.id, decided_at: iso(now) };
+            const settled = {
+              ...r,
+              state,
+              resolvedAt: now,
+              resolvedBy: expired ? null : (caller?.keyId ?? null),
+              note: expired ? null : (how.note ?? null),
+              outcome: stored(outcome),
+            };
             await tx.query(SETTLE_APPROVAL, [
               r.tenantId,
               r.id,
               state,
               iso(now),
-              expired ? null : (caller?.keyId ?? null),
-              expired ? null : (how.note ?? null),
+              settled.resolvedBy,
+              settled.note,
               JSON.stringify(outcome),
+              sealer.sealOf('approval', approvalParts(settled)),
             ]);
             return { result: null, audit: rows };
           },

@@ -221,6 +221,7 @@ export class Approver {
                   requestedBy: askedBy,
                 },
                 now,
+                await this.kit.approvals.sealing(),
               );
               decision = { decision: 'pending', approvalId: asked.id, expiresAt: asked.expiresAt };
             } else if (d.decision === 'grant') {

@@ -114,11 +114,12 @@ export class Authority {
   private readonly approver: Approver;
   /** Made from the signing key on first use (an async signature), then shared. */
   private sealer: Promise<ResponseSealer> | undefined;
+  readonly sealing = (): Promise<ResponseSealer> => (this.sealer ??= ResponseSealer.from(this.deps.keys));
 
   constructor(private readonly deps: AuthorityDeps) {
     this.tokens = new TokenCache(deps.keys);
     this.tools = new ToolRegistry(deps.store, deps.writer);
-    this.approvals = new Approvals(deps.store, deps.writer, deps.now);
+    this.approvals = new Approvals(deps.store, deps.writer, deps.now, this.sealing);
     this.approver = new Approver(this);
   }
 
@@ -432,8 +433,7 @@ export class Authority {
     // The writer bounds `decide` by the deadline itself, knowing whether COMMIT was sent.
     if (k.key === undefined || requestHash === undefined) return { result: await this.guard(() => decide(null)) };
     const key: IdemKey = { tenantId: k.tenantId, scope: k.scope, key: k.key };
-    this.sealer ??= ResponseSealer.from(this.deps.keys);
-    const sealer = await this.sealer;
+    const sealer = await this.sealing();
     const claiming = claim(this.deps.store.db, key, requestHash, newId('own'), this.deps.now());
     const c = await this.guard(() => claiming, deadline).catch((e: unknown) => {
       // A claim that lands after the deadline decided nothing: give the key back for the repeat.

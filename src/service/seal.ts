@@ -1,5 +1,6 @@
 /**
- * Seals on stored idempotent answers. A repeated `call_id` or Idempotency-Key is answered from the
+ * Seals on what the authority answers from without deciding again: stored idempotent answers, and
+ * approvals (src/service/approvals.ts). A repeated `call_id` or Idempotency-Key is answered from the
  * idempotency table, with no new decision and no new audit row, so whoever can write the database
  * could otherwise put a grant there (or move a genuine one onto another request by changing its
  * request hash) and have the authority answer it. Each completed record is sealed with an HMAC over
@@ -34,15 +35,25 @@ export class ResponseSealer {
 
   /** The seal of `response` stored under `k` for a request hashing to `requestHash`. */
   seal(k: IdemKey, requestHash: string, response: StoredResponse): string {
-    return `${this.kid}.${this.mac(k, requestHash, response)}`;
+    return this.sealOf('idempotency', idempotencyParts(k, requestHash, response));
   }
 
   /** Whether `seal` is this key's seal of exactly this record. */
   holds(k: IdemKey, requestHash: string, response: StoredResponse, seal: string | null): boolean {
+    return this.holdsOf('idempotency', idempotencyParts(k, requestHash, response), seal);
+  }
+
+  /** The seal of a record of `kind` whose content is `parts` (JSON values). */
+  sealOf(kind: string, parts: readonly unknown[]): string {
+    return `${this.kid}.${this.mac(kind, parts)}`;
+  }
+
+  /** Whether `seal` is this key's seal of exactly `parts`. */
+  holdsOf(kind: string, parts: readonly unknown[], seal: string | null): boolean {
     if (seal === null) return false;
     const dot = seal.lastIndexOf('.');
     if (dot === -1 || seal.slice(0, dot) !== this.kid) return false;
-    const want = this.mac(k, requestHash, response);
+    const want = this.mac(kind, parts);
     const got = seal.slice(dot + 1);
     // Compared in full whatever differs first: the time taken says nothing of where.
     let diff = want.length ^ got.length;
@@ -50,8 +61,9 @@ export class ResponseSealer {
     return diff === 0;
   }
 
-  private mac(k: IdemKey, requestHash: string, response: StoredResponse): string {
-    const text = canonicalJson([k.tenantId, k.scope, k.key, requestHash, response.status, response.body ?? null]);
-    return base64url.encode(hmac(sha256, this.key, utf8ToBytes(text)));
+  private mac(kind: string, parts: readonly unknown[]): string {
+    return base64url.encode(hmac(sha256, this.key, utf8ToBytes(canonicalJson([kind, ...parts]))));
   }
 }
+
+const idempotencyParts = (k: IdemKey, requestHash: string, r: StoredResponse): unknown[] => [k.tenantId, k.scope, k.key, requestHash, r.status, r.body ?? null];

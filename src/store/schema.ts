@@ -275,6 +275,8 @@ export const approvals = pgTable(
     resolvedBy: text('resolved_by'),
     note: text('note'),
     outcome: jsonb('outcome'),
+    /** An HMAC over every other column (src/service/approvals.ts): a row whose seal fails is never shown nor resolved. */
+    seal: text('seal'),
   },
   (t) => [
     index('approvals_pending_idx').on(t.tenantId, t.state, t.createdAt),

@@ -50,11 +50,11 @@ export const INSERT_TOOL = `INSERT INTO tools (tenant_id, name, version, descrip
 VALUES ($1, $2, $3::int, $4, $5::jsonb, $6, $7, $8::jsonb, $9::jsonb, $10, $11::timestamptz)`;
 
 export const INSERT_APPROVAL = `INSERT INTO approvals (id, tenant_id, capability_id, trajectory_id, tool, tool_version, side_effect, call_id, op, target, args, cost, claims,
-  state, created_at, expires_at, requested_by)
-VALUES ($1, $2, $3, $4, $5, $6::int, $7, $8, $9, $10::jsonb, $11::jsonb, $12::numeric, $13::jsonb, 'pending', $14::timestamptz, $15::timestamptz, $16)`;
+  state, created_at, expires_at, requested_by, seal)
+VALUES ($1, $2, $3, $4, $5, $6::int, $7, $8, $9, $10::jsonb, $11::jsonb, $12::numeric, $13::jsonb, 'pending', $14::timestamptz, $15::timestamptz, $16, $17)`;
 
 /** The approval row, locked for the unit that may resolve or expire it. */
 export const LOCK_APPROVAL = `SELECT id, state, expires_at, outcome FROM approvals WHERE tenant_id = $1 AND id = $2 FOR UPDATE`;
 
-export const SETTLE_APPROVAL = `UPDATE approvals SET state = $3, resolved_at = $4::timestamptz, resolved_by = $5, note = $6, outcome = $7::jsonb
+export const SETTLE_APPROVAL = `UPDATE approvals SET state = $3, resolved_at = $4::timestamptz, resolved_by = $5, note = $6, outcome = $7::jsonb, seal = $8
 WHERE tenant_id = $1 AND id = $2 AND state = 'pending'`;

@@ -274,4 +274,30 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     expect((await h.call('GET', `/v1/approvals/${id}`, undefined, { as: 'b' })).status).toBe(404);
     expect((await h.call('POST', `/v1/approvals/${id}`, { decision: 'approve' }, { as: 'b' })).status).toBe(404);
   });
+
+  // Whoever writes the database could mark a call approved with a grant as its outcome (its driver
+  // acts on it with no grant in the audit), or change what the approver is shown and decides on.
+  test('an approval row changed in the database is never shown, answered from nor resolved: 503, nothing granted', async () => {
+    const { sql } = await import('drizzle-orm');
+    const exec = (q: ReturnType<typeof sql>): Promise<unknown> => h.database.db.execute(q);
+    const cap = await mint();
+    const asked = await shell(cap.token, 'forged-1');
+    const id = asked.body.approval_id as string;
+    const granted = { decision: 'grant', reason: null, capability_id: cap.capability_id, audit_id: 'aud_forged', approval_id: id };
+    await exec(sql`UPDATE approvals SET state = 'approved', outcome = ${JSON.stringify(granted)}::jsonb, resolved_at = now() WHERE id = ${id}`);
+    for (const r of [await shell(cap.token, 'forged-1'), await h.call('GET', `/v1/approvals/${id}`), await h.call('GET', '/v1/approvals?state=approved')]) {
+      expect(r.status).toBe(503);
+      expect(r.body.error.code).toBe('unavailable');
+    }
+
+    const other = await shell(cap.token, 'forged-2');
+    const otherId = other.body.approval_id as string;
+    await exec(sql`UPDATE approvals SET args = ${JSON.stringify({ command: 'ls', cwd: '/workspace/app', timeout_ms: 30000 })}::jsonb WHERE id = ${otherId}`);
+    expect((await h.call('GET', `/v1/approvals/${otherId}`)).status).toBe(503);
+    expect((await resolve(otherId, 'approve')).status).toBe(503);
+    expect(await spend(cap.capability_id)).toEqual([0, 0]);
+    await exec(sql`UPDATE approvals SET seal = NULL WHERE id = ${otherId}`);
+    expect((await h.call('GET', `/v1/approvals/${otherId}`)).status).toBe(503);
+    expect((await rows(cap.trajectory_id)).filter((e) => e.event === 'approve' && e.decision === 'grant')).toEqual([]);
+  });
 });

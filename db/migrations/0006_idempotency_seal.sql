@@ -1,1 +1,0 @@
-ALTER TABLE "idempotency" ADD COLUMN "seal" text;

@@ -1,0 +1,2 @@
+ALTER TABLE "approvals" ADD COLUMN "seal" text;--> statement-breakpoint
+ALTER TABLE "idempotency" ADD COLUMN "seal" text;
