@@ -118,7 +118,7 @@ export class Authority {
 
   constructor(private readonly deps: AuthorityDeps) {
     this.tokens = new TokenCache(deps.keys);
-    this.tools = new ToolRegistry(deps.store, deps.writer);
+    this.tools = new ToolRegistry(deps.store, deps.writer, this.sealing);
     this.approvals = new Approvals(deps.store, deps.writer, deps.now, this.sealing);
     this.approver = new Approver(this);
   }

@@ -2,6 +2,11 @@
  * The tool registry (issue 17): `PUT /v1/tools/{name}` registers a tool of the tenant (its input
  * schema checked against the five rules, every violation listed), each change a new version; the
  * reads; and the validators of the args of calls by tool, one per immutable version.
+ *
+ * Each version is sealed (src/service/seal.ts) over all it holds: whoever writes the database could
+ * otherwise turn an irreversible tool into a read-only one (no person asked), loosen its schema or
+ * move its target, and every call by it would be judged by that. A version whose seal fails is never
+ * used nor shown (503); registering the same definition again makes a new, sealed version.
  */
 import { z } from '@hono/zod-openapi';
 import { ArgsValidator, type ArgError } from '../core/tool-args.js';
@@ -15,6 +20,7 @@ import { findTool, INSERT_TOOL, LATEST_TOOL, listTools, type ToolRecord } from '
 import type { CallerIds, DecisionWriter } from '../store/writer.js';
 import { ApiError, unavailableFrom } from './errors.js';
 import type { Reply } from './authority.js';
+import type { ResponseSealer } from './seal.js';
 
 export const TARGET_KINDS = ['path', 'host', 'repo', 'url'] as const;
 
@@ -62,6 +68,48 @@ export interface ToolDef {
 /** A refusal's entry: a rule's breach (with `rule`), or a target that does not name a required string. */
 type ToolViolation = Omit<SchemaFinding, 'rule' | 'code'> & { readonly rule?: SchemaFinding['rule']; readonly code: SchemaFinding['code'] | 'target_invalid' };
 
+/** A tool version's columns (but the seal), as read back by drizzle or raw. */
+export interface ToolColumns {
+  readonly tenantId: string;
+  readonly name: string;
+  readonly version: number | string;
+  readonly description: string;
+  readonly inputSchema: unknown;
+  readonly sideEffect: string;
+  readonly right: string;
+  readonly target: unknown;
+  readonly warnings: unknown;
+  readonly keyId: string | null;
+  readonly createdAt: Date | string;
+}
+
+export const toolParts = (r: ToolColumns): unknown[] => [
+  r.tenantId,
+  r.name,
+  Number(r.version),
+  r.description,
+  r.inputSchema,
+  r.sideEffect,
+  r.right,
+  r.target,
+  r.warnings,
+  r.keyId,
+  new Date(r.createdAt).toISOString(),
+];
+
+/** A JSON value as the database hands it back. */
+const stored = (v: unknown): unknown => JSON.parse(JSON.stringify(v));
+
+const unsealed = (): ApiError =>
+  new ApiError(
+    503,
+    'unavailable',
+    "the tool's stored definition does not hold its seal (changed in the database, or sealed under a retired signing key): register it again",
+    {
+      outcome: 'not_committed',
+    },
+  );
+
 const asDef = (r: ToolRecord): ToolDef => ({
   name: r.name,
   version: r.version,
@@ -96,7 +144,14 @@ export class ToolRegistry {
   constructor(
     private readonly store: Store,
     private readonly writer: DecisionWriter,
+    private readonly sealing: () => Promise<ResponseSealer>,
   ) {}
+
+  /** `r`, once its seal is shown to hold (else 503). */
+  private async checked(r: ToolRecord): Promise<ToolRecord> {
+    if (!(await this.sealing()).holdsOf('tool', toolParts(r), r.seal)) throw unsealed();
+    return r;
+  }
 
   /** Registers a tool; a changed definition is a new version (201), an unchanged one is answered as it is (200). */
   async put(tenantId: string, name: string, body: PutToolBody, caller: CallerIds | undefined, deadline: Deadline | undefined): Promise<Reply> {
@@ -116,6 +171,7 @@ export class ToolRegistry {
       });
     }
     const def = { description: body.description, input_schema: body.input_schema, side_effect: body.side_effect, right: body.right, target: body.target };
+    const sealer = await this.sealing();
     try {
       const out = await this.writer.submit<{ created: boolean; version: number }>(
         {
@@ -124,8 +180,26 @@ export class ToolRegistry {
           ...(caller === undefined ? {} : { caller }),
           run: async (tx, now) => {
             const [latest] = await tx.query(LATEST_TOOL, [tenantId, name]);
+            // An unsealed or broken latest version is registered anew, sealed, even when it reads the same.
             const same =
               latest !== undefined &&
+              sealer.holdsOf(
+                'tool',
+                toolParts({
+                  tenantId,
+                  name,
+                  version: latest.version as number,
+                  description: latest.description as string,
+                  inputSchema: latest.input_schema,
+                  sideEffect: latest.side_effect as string,
+                  right: latest.right as string,
+                  target: latest.target,
+                  warnings: latest.warnings,
+                  keyId: latest.key_id as string | null,
+                  createdAt: latest.created_at as Date | string,
+                }),
+                latest.seal as string | null,
+              ) &&
               canonicalJson({
                 description: latest.description,
                 input_schema: latest.input_schema,
@@ -135,6 +209,19 @@ export class ToolRegistry {
               }) === canonicalJson(def);
             if (latest !== undefined && same) return { result: { created: false, version: Number(latest.version) }, audit: null };
             const version = latest === undefined ? 1 : Number(latest.version) + 1;
+            const columns: ToolColumns = {
+              tenantId,
+              name,
+              version,
+              description: body.description,
+              inputSchema: stored(body.input_schema),
+              sideEffect: body.side_effect,
+              right: body.right,
+              target: stored(body.target),
+              warnings: stored(warnings),
+              keyId: caller?.keyId ?? null,
+              createdAt: now,
+            };
             await tx.query(INSERT_TOOL, [
               tenantId,
               name,
@@ -147,6 +234,7 @@ export class ToolRegistry {
               JSON.stringify(warnings),
               caller?.keyId ?? null,
               now.toISOString(),
+              sealer.sealOf('tool', toolParts(columns)),
             ]);
             return {
               result: { created: true, version },
@@ -169,9 +257,9 @@ export class ToolRegistry {
         },
         deadline,
       );
-      const stored = await findTool(this.store.db, tenantId, name, out.version);
-      if (stored === null) throw new ApiError(404, 'not_found', 'no such tool');
-      return { status: out.created ? 201 : 200, body: toolBody(stored) };
+      const found = await findTool(this.store.db, tenantId, name, out.version);
+      if (found === null) throw new ApiError(404, 'not_found', 'no such tool');
+      return { status: out.created ? 201 : 200, body: toolBody(await this.checked(found)) };
     } catch (e) {
       if (e instanceof ApiError) throw e;
       throw unavailableFrom(e);
@@ -181,17 +269,20 @@ export class ToolRegistry {
   async get(tenantId: string, name: string, version?: number): Promise<Reply> {
     const r = await findTool(this.store.db, tenantId, name, version);
     if (r === null) throw new ApiError(404, 'not_found', 'no such tool');
-    return { status: 200, body: toolBody(r) };
+    return { status: 200, body: toolBody(await this.checked(r)) };
   }
 
   async list(tenantId: string): Promise<Reply> {
-    return { status: 200, body: { tools: (await listTools(this.store.db, tenantId)).map(toolBody) } };
+    const rows = await listTools(this.store.db, tenantId);
+    for (const r of rows) await this.checked(r);
+    return { status: 200, body: { tools: rows.map(toolBody) } };
   }
 
   /** The latest version of a tool with its args validator; null when the tenant has none by that name. */
   async resolve(tenantId: string, name: string): Promise<{ def: ToolDef; validator: ArgsValidator } | null> {
-    const r = await findTool(this.store.db, tenantId, name);
-    if (r === null) return null;
+    const found = await findTool(this.store.db, tenantId, name);
+    if (found === null) return null;
+    const r = await this.checked(found);
     const key = `${tenantId}\u0000${name}\u0000${r.version}`;
     let validator = this.validators.get(key);
     if (validator === undefined) {

@@ -235,6 +235,8 @@ export const tools = pgTable(
     /** The API key that registered this version (its public id). */
     keyId: text('key_id'),
     createdAt: at('created_at').notNull(),
+    /** An HMAC over every other column (src/service/tools.ts): a version whose seal fails is never used nor shown. */
+    seal: text('seal'),
   },
   (t) => [primaryKey({ columns: [t.tenantId, t.name, t.version] })],
 );

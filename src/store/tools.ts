@@ -43,11 +43,11 @@ export async function listApprovals(db: Db, tenantId: string, state: ApprovalRec
 }
 
 /** The latest version of a tool, locked (its tenant's chain head is held too, so versions never race). */
-export const LATEST_TOOL = `SELECT version, description, input_schema, side_effect, "right", target FROM tools
+export const LATEST_TOOL = `SELECT version, description, input_schema, side_effect, "right", target, warnings, key_id, created_at, seal FROM tools
 WHERE tenant_id = $1 AND name = $2 ORDER BY version DESC LIMIT 1`;
 
-export const INSERT_TOOL = `INSERT INTO tools (tenant_id, name, version, description, input_schema, side_effect, "right", target, warnings, key_id, created_at)
-VALUES ($1, $2, $3::int, $4, $5::jsonb, $6, $7, $8::jsonb, $9::jsonb, $10, $11::timestamptz)`;
+export const INSERT_TOOL = `INSERT INTO tools (tenant_id, name, version, description, input_schema, side_effect, "right", target, warnings, key_id, created_at, seal)
+VALUES ($1, $2, $3::int, $4, $5::jsonb, $6, $7, $8::jsonb, $9::jsonb, $10, $11::timestamptz, $12)`;
 
 export const INSERT_APPROVAL = `INSERT INTO approvals (id, tenant_id, capability_id, trajectory_id, tool, tool_version, side_effect, call_id, op, target, args, cost, claims,
   state, created_at, expires_at, requested_by, seal)

@@ -10,6 +10,9 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { BACKENDS } from '../support/db.js';
 import { startHarness, type Called, type Harness } from '../support/app.js';
 import { CATALOG, EDIT, SEARCH, SHELL, VIEW, variant } from '../support/tools.js';
+import { ResponseSealer } from '../../src/service/seal.js';
+import { toolParts } from '../../src/service/tools.js';
+import { findTool } from '../../src/store/tools.js';
 
 type Body = Record<string, unknown>;
 type Schema = { properties: Record<string, Record<string, unknown>>; required: string[]; additionalProperties?: unknown } & Record<string, unknown>;
@@ -220,6 +223,10 @@ describe.each(BACKENDS)('tools on %s', (backend) => {
       await h.database.db.execute(
         sql`UPDATE tools SET input_schema = jsonb_set(input_schema, '{properties,path,pattern}', '"^/workspace/(a|a)*$"') WHERE name = 'old-view'`,
       );
+      // Sealed as the authority itself would have sealed such a registration.
+      const old = (await findTool(h.store.db, h.tenantIds.a, 'old-view'))!;
+      const seal = (await ResponseSealer.from(h.keys)).sealOf('tool', toolParts(old));
+      await h.database.db.execute(sql`UPDATE tools SET seal = ${seal} WHERE name = 'old-view'`);
       const cap = await mint();
       const r = await byTool(cap.token, 'old-view', { path: '/workspace/aaaa' });
       expect([r.body.decision, r.body.reason.code, r.body.reason.fields]).toEqual([
@@ -227,6 +234,22 @@ describe.each(BACKENDS)('tools on %s', (backend) => {
         'args_invalid',
         [{ path: 'args', message: expect.stringContaining('input_schema/properties/path/pattern (pattern_unsafe)') }],
       ]);
+    });
+
+    test('a tool changed in the database (irreversible made read-only) is neither used nor shown: 503 until registered again', async () => {
+      expect((await h.call('PUT', '/v1/tools/rm-rf', { ...SHELL, side_effect: 'irreversible' })).status).toBe(201);
+      await h.database.db.execute(sql`UPDATE tools SET side_effect = 'read_only' WHERE tenant_id = ${h.tenantIds.a} AND name = 'rm-rf'`);
+      const cap = await mint();
+      const args = { command: 'rm -rf /workspace', cwd: '/workspace/app', timeout_ms: 1000 };
+      const r = await h.call('POST', '/v1/approve', { token: cap.token, tool: 'rm-rf', args, cost: 0, call_id: 'rm-1' }, as(driver));
+      expect([r.status, r.body.error?.code]).toEqual([503, 'unavailable']);
+      expect((await h.call('GET', '/v1/tools/rm-rf')).status).toBe(503);
+      expect((await h.call('GET', '/v1/tools')).status).toBe(503);
+      // The same definition registered again is a new, sealed version, and a person is asked again.
+      const again = await h.call('PUT', '/v1/tools/rm-rf', { ...SHELL, side_effect: 'irreversible' });
+      expect([again.status, again.body.version]).toEqual([201, 2]);
+      const asked = await h.call('POST', '/v1/approve', { token: cap.token, tool: 'rm-rf', args, cost: 0, call_id: 'rm-2' }, as(driver));
+      expect(asked.body.decision).toBe('pending');
     });
 
     test('an unknown tool is denied unknown_tool; op and tool together are a 400', async () => {
