@@ -19,6 +19,8 @@ export interface PublicJwk {
 export interface KeyRing {
   readonly activeKid: string;
   readonly signingKey: CryptoKey;
+  /** Every key of the ring with a private part, by kid (the active one included): older ones still open seals made under them. */
+  readonly privateKeys: ReadonlyMap<string, CryptoKey>;
   /** Verification keys by kid: the active one and every older one still in the ring. */
   readonly verifyKeys: ReadonlyMap<string, CryptoKey>;
   /** The public half of every key, as `/.well-known/jwks.json` serves it. */
@@ -56,6 +58,7 @@ export function assertDisjoint(tokens: KeyRing, audit: KeyRing): void {
 export async function loadKeyRing(set: { keys?: unknown }): Promise<KeyRing> {
   if (!Array.isArray(set.keys) || set.keys.length === 0) throw new KeyRingError('the key set has no keys');
   const verifyKeys = new Map<string, CryptoKey>();
+  const privateKeys = new Map<string, CryptoKey>();
   const publics: PublicJwk[] = [];
   let active: { kid: string; key: CryptoKey } | undefined;
   for (const raw of set.keys as JWK[]) {
@@ -65,10 +68,13 @@ export async function loadKeyRing(set: { keys?: unknown }): Promise<KeyRing> {
     if (verifyKeys.has(kid)) throw new KeyRingError(`duplicate kid ${kid}`);
     verifyKeys.set(kid, await importKey({ ...pub, alg: ALG }));
     publics.push({ ...pub, kid, alg: ALG, use: 'sig' });
-    if (typeof raw.d === 'string') active = { kid, key: await importKey({ ...pub, d: raw.d, alg: ALG }) };
+    if (typeof raw.d === 'string') {
+      active = { kid, key: await importKey({ ...pub, d: raw.d, alg: ALG }) };
+      privateKeys.set(kid, active.key);
+    }
   }
   if (active === undefined) throw new KeyRingError('no key in the set has a private part to sign with');
-  return { activeKid: active.kid, signingKey: active.key, verifyKeys, jwks: { keys: publics } };
+  return { activeKid: active.kid, signingKey: active.key, privateKeys, verifyKeys, jwks: { keys: publics } };
 }
 
 const KID_LENGTH = 16;

@@ -9,8 +9,9 @@
  *
  * The HMAC key comes from the active token signing key, which the database never sees: SHA-256 of
  * the Ed25519 signature (deterministic, RFC 8032) over a fixed label. A seal names the kid it was
- * made under; after a rotation, records sealed under the old key are refused like forged ones (a
- * repeat with a new call_id decides again).
+ * made under: new seals use the active key, and seals of older keys hold while those keys stay in
+ * the ring with their private part. Once a key is retired, what it sealed is refused like a forgery
+ * (a repeat with a new call_id decides again; a tool must be registered again).
  */
 import { hmac } from '@noble/hashes/hmac.js';
 import { sha256 } from '@noble/hashes/sha2.js';
@@ -25,12 +26,17 @@ const LABEL = 'warrant idempotency seal key v1';
 export class ResponseSealer {
   private constructor(
     private readonly kid: string,
-    private readonly key: Uint8Array,
+    /** HMAC keys by kid: the active key's seals, and those of older keys still in the ring with their private part. */
+    private readonly keys: ReadonlyMap<string, Uint8Array>,
   ) {}
 
-  static async from(keys: KeyRing): Promise<ResponseSealer> {
-    const jws = await new CompactSign(utf8ToBytes(LABEL)).setProtectedHeader({ alg: 'EdDSA' }).sign(keys.signingKey);
-    return new ResponseSealer(keys.activeKid, sha256(utf8ToBytes(jws)));
+  static async from(ring: KeyRing): Promise<ResponseSealer> {
+    const keys = new Map<string, Uint8Array>();
+    for (const [kid, key] of ring.privateKeys) {
+      const jws = await new CompactSign(utf8ToBytes(LABEL)).setProtectedHeader({ alg: 'EdDSA' }).sign(key);
+      keys.set(kid, sha256(utf8ToBytes(jws)));
+    }
+    return new ResponseSealer(ring.activeKid, keys);
   }
 
   /** The seal of `response` stored under `k` for a request hashing to `requestHash`. */
@@ -45,15 +51,16 @@ export class ResponseSealer {
 
   /** The seal of a record of `kind` whose content is `parts` (JSON values). */
   sealOf(kind: string, parts: readonly unknown[]): string {
-    return `${this.kid}.${this.mac(kind, parts)}`;
+    return `${this.kid}.${this.mac(this.keys.get(this.kid) as Uint8Array, kind, parts)}`;
   }
 
   /** Whether `seal` is this key's seal of exactly `parts`. */
   holdsOf(kind: string, parts: readonly unknown[], seal: string | null): boolean {
     if (seal === null) return false;
     const dot = seal.lastIndexOf('.');
-    if (dot === -1 || seal.slice(0, dot) !== this.kid) return false;
-    const want = this.mac(kind, parts);
+    const key = dot === -1 ? undefined : this.keys.get(seal.slice(0, dot));
+    if (key === undefined) return false;
+    const want = this.mac(key, kind, parts);
     const got = seal.slice(dot + 1);
     // Compared in full whatever differs first: the time taken says nothing of where.
     let diff = want.length ^ got.length;
@@ -61,8 +68,8 @@ export class ResponseSealer {
     return diff === 0;
   }
 
-  private mac(kind: string, parts: readonly unknown[]): string {
-    return base64url.encode(hmac(sha256, this.key, utf8ToBytes(canonicalJson([kind, ...parts]))));
+  private mac(key: Uint8Array, kind: string, parts: readonly unknown[]): string {
+    return base64url.encode(hmac(sha256, key, utf8ToBytes(canonicalJson([kind, ...parts]))));
   }
 }
 
