@@ -40,15 +40,39 @@ const INTEGER = /^\d{1,39}$/;
 export class DecisionReplay {
   private tree: string | null = null;
   private caps = new Map<string, Issued>();
-  first: Unlawful | null = null;
+  /** The tree each capability was issued in, over all trees. */
+  private readonly issuedIn = new Map<string, string>();
+  /** Grants on capabilities not issued in their row's tree: judged once every tree is read. */
+  private readonly strays: { id: string; cap: string; tree: string }[] = [];
+  private found: Unlawful | null = null;
+
+  /** The first unlawful grant; call once every row has been seen. */
+  get first(): Unlawful | null {
+    if (this.found !== null) return this.found;
+    // A capability's tree is its root's id, taken from its database row: a writer who repoints it
+    // (with its revocation cleared) has its grants land in a tree where it was never issued.
+    for (const s of this.strays) {
+      const home = this.issuedIn.get(s.cap);
+      if (home !== undefined && home !== s.tree && home !== '')
+        return (this.found = {
+          firstBadId: s.id,
+          reason: `row ${s.id} granted on capability ${s.cap} in tree '${s.tree}', but it was issued in tree '${home}': the database's state was changed under the decision`,
+        });
+    }
+    return null;
+  }
 
   see(r: AuditRecord): void {
-    if (this.first !== null) return;
+    if (this.found !== null) return;
     if (r.treeId !== this.tree) {
       this.tree = r.treeId;
       this.caps = new Map();
     }
     if (r.decision !== 'grant') return;
+    if (r.capabilityId !== null && (r.event === 'approve' || r.event === 'revoke' || r.event === 'attenuate')) {
+      const own = r.event === 'attenuate' ? r.parentId : r.capabilityId;
+      if (own !== null && !this.caps.has(own)) this.strays.push({ id: r.id, cap: own, tree: r.treeId });
+    }
     switch (r.event) {
       case 'mint':
       case 'attenuate': {
@@ -57,6 +81,7 @@ export class DecisionReplay {
           const revoked = this.revokedLink(this.chain(r.parentId));
           if (revoked !== null) return this.flag(r, `attenuated capability ${r.parentId} after row ${revoked.revokedBy} revoked ${revoked.id}`);
         }
+        this.issuedIn.set(r.capabilityId, r.treeId);
         const predicate = record(record(r.detail).predicate);
         const maxCalls = predicate.max_calls;
         this.caps.set(r.capabilityId, {
@@ -123,7 +148,7 @@ export class DecisionReplay {
   }
 
   private flag(r: AuditRecord, what: string): void {
-    this.first = {
+    this.found = {
       firstBadId: r.id,
       reason: `row ${r.id} ${what}: the database's state was changed under the decision (or the decision was wrong)`,
     };

@@ -92,6 +92,23 @@ function checkChain(chain: readonly ChainLink[], cost: bigint): Deny | Grant {
   return { decision: 'grant', budgetRemaining, callsRemaining };
 }
 
+/**
+ * Whether `chain` (root first, as the store found it) is the chain the signed token names: as long as
+ * its depth, ending in the capability under its parent. The store's `ancestors` decide which rows are
+ * locked, charged and checked for revocation, and the tree the audit row joins: a database writer who
+ * rewrote them could otherwise skip a revoked ancestor.
+ */
+export function chainMatches(
+  cap: { readonly id: string; readonly parent: string | null; readonly depth: number },
+  chain: readonly { readonly id: string }[],
+): boolean {
+  return (
+    chain.length === cap.depth + 1 &&
+    chain[chain.length - 1]?.id === cap.id &&
+    (cap.parent === null ? chain.length === 1 : chain[chain.length - 2]?.id === cap.parent)
+  );
+}
+
 /** The decision for one call. `chain` holds the capability and all its ancestors. */
 export function evaluateApprove(cap: VerifiedCapability, req: ApproveRequest, nowMs: number, chain: readonly ChainLink[]): Deny | Grant {
   const invalid = checkValidity(cap, nowMs);

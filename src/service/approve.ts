@@ -3,7 +3,7 @@
  * and the stored state of its chain, under its `call_id` when given, and answered only once its
  * audit row has committed. Moved out of authority.ts (STYLE: rooms that stay small).
  */
-import { checkValidity, deny, evaluateApprove, needsApproval, remainingOf, type ApproveRequest } from '../core/approve.js';
+import { chainMatches, checkValidity, deny, evaluateApprove, needsApproval, remainingOf, type ApproveRequest } from '../core/approve.js';
 import { fromMicro, toMicro } from '../core/money.js';
 import { canonicalTarget } from '../core/objects.js';
 import { Args, type ApproveBody } from '../core/schemas.js';
@@ -199,6 +199,7 @@ export class Approver {
           const chain = invalid === null ? await tx.lockChain(tenantId, cap.id) : [];
           if (invalid !== null) decision = invalid;
           else if (chain[chain.length - 1]?.id !== cap.id) decision = deny('bad_token', 'the capability is not known to this authority');
+          else if (!chainMatches(cap, chain)) decision = deny('bad_token', "the capability's stored chain does not match its token");
           else {
             const d =
               req.target === null || req.op === null

@@ -4,6 +4,7 @@
  * decision written (with its audit row) through the group-commit writer before it answers.
  */
 import { checkAttenuation, extendsTrajectory, type ChildSpec } from '../core/attenuate.js';
+import { chainMatches } from '../core/approve.js';
 import { toMicro } from '../core/money.js';
 import { canonicalObject } from '../core/objects.js';
 import { canonicalPredicate, inheritPredicate } from '../core/predicate.js';
@@ -220,7 +221,7 @@ export class Authority {
           run: async (tx, now) => {
             const chain = await tx.lockChain(tenantId, parent.id);
             const all = [...violations];
-            if (chain.length === 0 || chain[chain.length - 1]?.id !== parent.id) {
+            if (chain.length === 0 || !chainMatches(parent, chain)) {
               all.unshift({
                 component: 'parent',
                 code: 'parent_invalid',

@@ -336,4 +336,41 @@ describe.each(BACKENDS)('audit checkpoints on %s', (backend) => {
     expect(granted.body).toMatchObject({ decision: 'grant' });
     expect(await verify()).toMatchObject({ ok: false, first_bad_id: granted.body.audit_id, reason: expect.stringMatching(/past its budget/) });
   });
+
+  test('a capability repointed in the database: refused when its stored chain no longer matches its token, reported when it still does', async () => {
+    const other = await mint('t-elsewhere');
+    const root = (
+      await h.call('POST', '/v1/capabilities', {
+        trajectory_id: 't-moved',
+        rights: ['read'],
+        objects: [{ kind: 'path', prefix: '/w/t-moved' }],
+        predicate: { budget: 100, max_calls: 1000, max_depth: 3 },
+        ttl_s: 3600,
+      })
+    ).body as { capability_id: string; token: string };
+    const sub = async (token: string, t: string): Promise<{ capability_id: string; token: string }> => {
+      const r = await h.call('POST', '/v1/attenuate', {
+        parent_token: token,
+        trajectory_id: t,
+        rights: ['read'],
+        objects: [{ kind: 'path', prefix: '/w/t-moved' }],
+        ttl_s: 60,
+      });
+      expect(r.status).toBe(201);
+      return r.body as { capability_id: string; token: string };
+    };
+    const child = await sub(root.token, 't-moved.c');
+    const grandchild = await sub(child.token, 't-moved.c.g');
+    expect((await h.call('POST', '/v1/revoke', { capability_id: root.capability_id })).status).toBe(200);
+    await exec(sql`UPDATE capabilities SET revoked_at = NULL, revoke_reason = NULL WHERE id IN (${child.capability_id}, ${grandchild.capability_id})`);
+    // The child moved under another root: its chain no longer ends under its token's parent.
+    await exec(sql`UPDATE capabilities SET ancestors = ARRAY[${other.capability_id}] WHERE id = ${child.capability_id}`);
+    expect((await approve(child.token, '/w/t-moved/a')).body).toMatchObject({ decision: 'deny', reason: { code: 'bad_token' } });
+    // The grandchild moved with its parent kept: the chain matches its token, and its grant lands in
+    // the other root's tree, where it was never issued.
+    await exec(sql`UPDATE capabilities SET ancestors = ARRAY[${other.capability_id}, ${child.capability_id}] WHERE id = ${grandchild.capability_id}`);
+    const granted = await approve(grandchild.token, '/w/t-moved/b');
+    expect(granted.body).toMatchObject({ decision: 'grant' });
+    expect(await verify()).toMatchObject({ ok: false, first_bad_id: granted.body.audit_id, reason: expect.stringMatching(/was issued in tree/) });
+  });
 });

@@ -92,7 +92,26 @@ describe('DecisionReplay', () => {
     expect(replay([mint('root', {}), revoke('root', []), after])?.firstBadId).toBe(after.id);
   });
 
-  test("another tree's revocation and capabilities issued outside the tree are not judged", () => {
-    expect(replay([mint('root', {}), revoke('root', ['root']), call('root', 1, { treeId: 'other' }), call('stranger', 1, { treeId: 'root' })])).toBeNull();
+  test('a grant on a capability in a tree it was not issued in is named, whichever tree is read first', () => {
+    const moved = call('child', 1, { treeId: 'a-other' });
+    const rows = [moved, mint('root', {}), attenuate('child', 'root', {}), revoke('root', ['root', 'child'])];
+    expect(replay(rows)).toEqual({
+      firstBadId: moved.id,
+      reason: expect.stringMatching(/capability child in tree 'a-other', but it was issued in tree 'root'/),
+    });
+  });
+
+  test("another tree's revocation, capabilities issued in no tree read, and legacy ones issued on the tenant's own chain are not judged", () => {
+    const inTree = (treeId: string, r: AuditRecord): AuditRecord => ({ ...r, treeId });
+    const rows = [
+      mint('root', {}),
+      revoke('root', ['root']),
+      inTree('other', mint('other', { budget: 1 })),
+      call('other', 1, { treeId: 'other' }),
+      call('stranger', 1, { treeId: 'root' }),
+      inTree('', mint('legacy', {})),
+      call('legacy', 1, { treeId: 'legacy' }),
+    ];
+    expect(replay(rows)).toBeNull();
   });
 });
