@@ -4,7 +4,8 @@
  * the next decision reads: clear a revocation, lower what a capability has spent or how many calls
  * it made. The decisions taken on that state are then recorded faithfully, and this replay finds
  * them: a grant on a capability that an earlier row of its tree revoked (itself or an ancestor), or a
- * charged grant that takes a capability past the budget or call count its issuing row set. Each
+ * charged grant that takes a capability past the budget or call count its issuing row set, or a
+ * second outcome of one approval (its settled row put back to pending). Each
  * tree's rows are one chain in decision order, so the replay is exact; a capability whose issuing
  * row is not in the tree is not judged.
  */
@@ -40,6 +41,8 @@ const INTEGER = /^\d{1,39}$/;
 export class DecisionReplay {
   private tree: string | null = null;
   private caps = new Map<string, Issued>();
+  /** Approvals of this tree whose call has had its outcome (grant or deny), by approval id. */
+  private settled = new Set<string>();
   /** The tree each capability was issued in, over all trees. */
   private readonly issuedIn = new Map<string, string>();
   /** Grants on capabilities not issued in their row's tree: judged once every tree is read. */
@@ -67,6 +70,14 @@ export class DecisionReplay {
     if (r.treeId !== this.tree) {
       this.tree = r.treeId;
       this.caps = new Map();
+      this.settled = new Set();
+    }
+    // An approval is settled once: a second outcome means its row was put back to pending (a sealed
+    // copy restored) and resolved again.
+    const approvalId = record(r.detail).approval_id;
+    if (r.event === 'approve' && r.decision !== 'pending' && typeof approvalId === 'string') {
+      if (this.settled.has(approvalId)) return this.flag(r, `settled approval ${approvalId} a second time: its row was put back to pending in the database`);
+      this.settled.add(approvalId);
     }
     if (r.decision !== 'grant') return;
     if (r.capabilityId !== null && (r.event === 'approve' || r.event === 'revoke' || r.event === 'attenuate')) {

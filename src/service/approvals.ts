@@ -96,7 +96,7 @@ const unsealed = (): ApiError =>
     'unavailable',
     'the approval record does not hold its seal (changed in the database, or sealed under a retired signing key); nothing is granted',
     {
-      outcome: 'not_committed',
+      outcome: 'unknown',
     },
   );
 

@@ -448,8 +448,8 @@ export class Authority {
           throw new ApiError(
             503,
             'unavailable',
-            'the stored answer for this idempotency key does not hold its seal (changed in the database, or sealed under a retired signing key); nothing is granted: repeat with a new call_id / Idempotency-Key',
-            { outcome: 'not_committed' },
+            'the stored answer for this idempotency key does not hold its seal (changed in the database, or sealed under a retired signing key); nothing is granted now. A decision was recorded under this key: find it in the audit log (by call_id) before asking again under a new one',
+            { outcome: 'unknown' },
           );
         return { replay: c.response };
       case 'conflict':

@@ -92,6 +92,18 @@ describe('DecisionReplay', () => {
     expect(replay([mint('root', {}), revoke('root', []), after])?.firstBadId).toBe(after.id);
   });
 
+  test('a second outcome of one approval is named; a pending ask, its resolution and one outcome are not', () => {
+    const ask = call('root', 1, { decision: 'pending', detail: { approval_id: 'apv_1' } });
+    const resolution = row({ event: 'approval', capabilityId: 'root', detail: { approval_id: 'apv_1' } });
+    const outcome = call('root', 1, { detail: { approval_id: 'apv_1' } });
+    const again = call('root', 1, { detail: { approval_id: 'apv_1' } });
+    expect(replay([mint('root', {}), ask, resolution, outcome])).toBeNull();
+    expect(replay([mint('root', {}), ask, resolution, outcome, resolution, again])).toEqual({
+      firstBadId: again.id,
+      reason: expect.stringMatching(/settled approval apv_1 a second time/),
+    });
+  });
+
   test('a grant on a capability in a tree it was not issued in is named, whichever tree is read first', () => {
     const moved = call('child', 1, { treeId: 'a-other' });
     const rows = [moved, mint('root', {}), attenuate('child', 'root', {}), revoke('root', ['root', 'child'])];
