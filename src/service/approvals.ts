@@ -28,7 +28,7 @@ import type { CanonicalTarget, Deny, Right, Scalar, SideEffect, VerifiedCapabili
 import { newId } from '../crypto/hash.js';
 import type { Deadline } from '../store/deadline.js';
 import type { DecisionTx, Store } from '../store/store.js';
-import { findApproval, INSERT_APPROVAL, listApprovals, LOCK_APPROVAL, SETTLE_APPROVAL, type ApprovalRecord } from '../store/tools.js';
+import { EARLIER_OUTCOME, findApproval, INSERT_APPROVAL, listApprovals, LOCK_APPROVAL, SETTLE_APPROVAL, type ApprovalRecord } from '../store/tools.js';
 import type { AuditDraft, CallerIds, DecisionWriter } from '../store/writer.js';
 import { ApiError, unavailableFrom } from './errors.js';
 import type { Reply } from './authority.js';
@@ -295,8 +295,8 @@ export class Approvals {
   ): Promise<void> {
     const cap = r.claims as VerifiedCapability;
     const sealer = await this.sealing();
-    await this.guard(() =>
-      this.writer.submit(
+    const reopened = await this.guard(() =>
+      this.writer.submit<string | null>(
         {
           tenantId: r.tenantId,
           fence: null,
@@ -305,6 +305,10 @@ export class Approvals {
           run: async (tx, now) => {
             const [locked] = await tx.query(LOCK_APPROVAL, [r.tenantId, r.id]);
             if (locked === undefined || locked.state !== 'pending') return { result: null, audit: null };
+            // A pending row whose call already has its outcome in the audit was put back (its sealed
+            // pending copy restored): settling it again would grant and charge a second time.
+            const [earlier] = await tx.query(EARLIER_OUTCOME, [r.tenantId, r.id]);
+            if (earlier !== undefined) return { result: String(earlier.id), audit: null };
             const lapsed = new Date(locked.expires_at as string).getTime() <= now.getTime();
             const expired = how === null || lapsed;
             const base = {
@@ -392,6 +396,13 @@ export class Approvals {
         deadline,
       ),
     );
+    if (reopened !== null)
+      throw new ApiError(
+        503,
+        'unavailable',
+        `the approval was settled already (audit row ${reopened}) but its row says pending: it was changed in the database; nothing is granted`,
+        { outcome: 'unknown' },
+      );
   }
 
   /** Audits a resolution by the key that asked for the call (on its capability's tree), then returns the 403 to throw. */

@@ -158,6 +158,10 @@ export const audit = pgTable(
     index('audit_capability_idx').on(t.tenantId, t.capabilityId, t.pos),
     index('audit_trajectory_idx').on(t.tenantId, t.trajectoryId, t.pos),
     index('audit_root_trajectory_idx').on(t.tenantId, t.rootTrajectoryId, t.pos),
+    /** The rows of a call asked for approval, by its approval id: only those rows enter it. */
+    index('audit_approval_idx')
+      .on(t.tenantId, sql`(${t.detail}->>'approval_id')`)
+      .where(sql`${t.event} = 'approve' AND jsonb_exists(${t.detail}, 'approval_id')`),
   ],
 );
 

@@ -56,5 +56,12 @@ VALUES ($1, $2, $3, $4, $5, $6::int, $7, $8, $9, $10::jsonb, $11::jsonb, $12::nu
 /** The approval row, locked for the unit that may resolve or expire it. */
 export const LOCK_APPROVAL = `SELECT id, state, expires_at, outcome FROM approvals WHERE tenant_id = $1 AND id = $2 FOR UPDATE`;
 
+/**
+ * An outcome row (approve, grant or deny) of an approval already in the audit, if any. Found through
+ * the partial index audit_approval_idx, which holds only rows that name an approval.
+ */
+export const EARLIER_OUTCOME = `SELECT id FROM audit WHERE tenant_id = $1 AND (detail->>'approval_id') = $2
+  AND event = 'approve' AND decision <> 'pending' AND jsonb_exists(detail, 'approval_id') LIMIT 1`;
+
 export const SETTLE_APPROVAL = `UPDATE approvals SET state = $3, resolved_at = $4::timestamptz, resolved_by = $5, note = $6, outcome = $7::jsonb, seal = $8
 WHERE tenant_id = $1 AND id = $2 AND state = 'pending'`;
