@@ -22,7 +22,7 @@
  * audit, or change what an approver is shown and what the resolution is decided on. A row whose
  * seal does not hold is never shown nor resolved: 503, nothing granted.
  */
-import { evaluateApprove, deny } from '../core/approve.js';
+import { chainMatches, evaluateApprove, deny } from '../core/approve.js';
 import { fromMicro } from '../core/money.js';
 import type { CanonicalTarget, Deny, Right, Scalar, SideEffect, VerifiedCapability } from '../core/types.js';
 import { newId } from '../crypto/hash.js';
@@ -348,7 +348,10 @@ export class Approvals {
                 args: r.args as Record<string, Scalar>,
                 tool: { name: r.tool, sideEffect: r.sideEffect as SideEffect },
               };
-              const d = evaluateApprove(cap, req, now.getTime(), chain);
+              // As approve does: a stored chain that is not the token's (its ancestors rewritten) decides nothing.
+              const d = chainMatches(cap, chain)
+                ? evaluateApprove(cap, req, now.getTime(), chain)
+                : deny('bad_token', "the capability's stored chain does not match its token");
               const auditId = newId('aud');
               if (d.decision === 'grant') {
                 // Charged here, in the transaction that writes the grant's row, and only here: the row lock above makes it once.

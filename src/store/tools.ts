@@ -3,7 +3,7 @@
  * decision units send inside their batch transaction (plain SQL with text parameters, as the
  * writer's own statements are, so both drivers pass them alike).
  */
-import { and, asc, desc, eq } from 'drizzle-orm';
+import { and, asc, desc, eq, isNotNull } from 'drizzle-orm';
 import { approvals, tools } from './schema.js';
 import type { Db } from './store.js';
 
@@ -34,12 +34,15 @@ export async function findApproval(db: Db, tenantId: string, id: string): Promis
 
 /** The tenant's approvals in a state (oldest first, so the longest-waiting call is on top). */
 export async function listApprovals(db: Db, tenantId: string, state: ApprovalRecord['state'], limit: number): Promise<ApprovalRecord[]> {
-  return db
-    .select()
-    .from(approvals)
-    .where(and(eq(approvals.tenantId, tenantId), eq(approvals.state, state)))
-    .orderBy(state === 'pending' ? asc(approvals.createdAt) : desc(approvals.createdAt))
-    .limit(limit);
+  return (
+    db
+      .select()
+      .from(approvals)
+      // Rows without a seal (from before seals) are never shown: they would take the list's first places.
+      .where(and(eq(approvals.tenantId, tenantId), eq(approvals.state, state), isNotNull(approvals.seal)))
+      .orderBy(state === 'pending' ? asc(approvals.createdAt) : desc(approvals.createdAt))
+      .limit(limit)
+  );
 }
 
 /** The latest version of a tool, locked (its tenant's chain head is held too, so versions never race). */

@@ -321,4 +321,28 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     expect((await rows(cap.trajectory_id)).filter((e) => e.event === 'approve' && e.decision === 'grant')).toHaveLength(1);
     expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
   });
+
+  test("approving a call whose capability's stored chain was rewritten (a revoked parent cut out) grants nothing", async () => {
+    const { sql } = await import('drizzle-orm');
+    const root = await mint();
+    const sub = async (token: string, t: string): Promise<{ token: string; capability_id: string }> => {
+      const r = await h.call('POST', '/v1/attenuate', {
+        parent_token: token,
+        trajectory_id: t,
+        rights: ['execute'],
+        objects: [{ kind: 'path', prefix: '/workspace' }],
+        ttl_s: 3600,
+      });
+      expect(r.status).toBe(201);
+      return r.body as { token: string; capability_id: string };
+    };
+    const b = await sub(root.token, `${root.trajectory_id}.b`);
+    const c = await sub(b.token, `${root.trajectory_id}.b.c`);
+    const id = (await shell(c.token, 'cut-1')).body.approval_id as string;
+    expect((await h.call('POST', '/v1/revoke', { capability_id: b.capability_id })).status).toBe(200);
+    await h.database.db.execute(sql`UPDATE capabilities SET revoked_at = NULL, ancestors = ARRAY[${root.capability_id}] WHERE id = ${c.capability_id}`);
+    const r = await resolve(id, 'approve');
+    expect(r.body.outcome).toMatchObject({ decision: 'deny', reason: { code: 'bad_token' } });
+    expect(await spend(c.capability_id)).toEqual([0, 0]);
+  });
 });
