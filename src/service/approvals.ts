@@ -32,7 +32,7 @@ import { EARLIER_OUTCOME, findApproval, INSERT_APPROVAL, listApprovals, LOCK_APP
 import type { AuditDraft, CallerIds, DecisionWriter } from '../store/writer.js';
 import { ApiError, unavailableFrom } from './errors.js';
 import type { Reply } from './authority.js';
-import type { ResponseSealer } from './seal.js';
+import { asStored, type ResponseSealer } from './seal.js';
 
 /** How long a call waits for a person before it is denied `approval_expired` (capped by its capability's expiry). */
 export const APPROVAL_TTL_S = 900;
@@ -86,9 +86,6 @@ function approvalParts(r: Omit<ApprovalRecord, 'seal'>): unknown[] {
     r.requestedBy,
   ];
 }
-
-/** A JSON value as the database hands it back (jsonb drops undefined members, numbers stay doubles). */
-const stored = (v: unknown): unknown => (v === undefined ? null : JSON.parse(JSON.stringify(v)));
 
 const unsealed = (): ApiError =>
   new ApiError(
@@ -159,10 +156,10 @@ export async function askApproval(
     sideEffect: call.tool.sideEffect,
     callId: call.callId,
     op: call.op,
-    target: stored(call.target),
-    args: stored(call.args),
+    target: asStored(call.target),
+    args: asStored(call.args),
     cost: call.cost.toString(),
-    claims: stored(call.cap),
+    claims: asStored(call.cap),
     state: 'pending',
     createdAt: now,
     expiresAt,
@@ -381,7 +378,7 @@ export class Approvals {
               resolvedAt: now,
               resolvedBy: expired ? null : (caller?.keyId ?? null),
               note: expired ? null : (how.note ?? null),
-              outcome: stored(outcome),
+              outcome: asStored(outcome),
             };
             await tx.query(SETTLE_APPROVAL, [
               r.tenantId,

@@ -74,3 +74,6 @@ export class ResponseSealer {
 }
 
 const idempotencyParts = (k: IdemKey, requestHash: string, r: StoredResponse): unknown[] => [k.tenantId, k.scope, k.key, requestHash, r.status, r.body ?? null];
+
+/** A JSON value as the database hands it back from a jsonb column (undefined members dropped), for sealing what is about to be stored. */
+export const asStored = (v: unknown): unknown => (v === undefined ? null : JSON.parse(JSON.stringify(v)));

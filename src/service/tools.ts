@@ -20,7 +20,7 @@ import { findTool, INSERT_TOOL, LATEST_TOOL, listTools, type ToolRecord } from '
 import type { CallerIds, DecisionWriter } from '../store/writer.js';
 import { ApiError, unavailableFrom } from './errors.js';
 import type { Reply } from './authority.js';
-import type { ResponseSealer } from './seal.js';
+import { asStored, type ResponseSealer } from './seal.js';
 
 export const TARGET_KINDS = ['path', 'host', 'repo', 'url'] as const;
 
@@ -96,9 +96,6 @@ export const toolParts = (r: ToolColumns): unknown[] => [
   r.keyId,
   new Date(r.createdAt).toISOString(),
 ];
-
-/** A JSON value as the database hands it back. */
-const stored = (v: unknown): unknown => JSON.parse(JSON.stringify(v));
 
 const unsealed = (): ApiError =>
   new ApiError(
@@ -214,11 +211,11 @@ export class ToolRegistry {
               name,
               version,
               description: body.description,
-              inputSchema: stored(body.input_schema),
+              inputSchema: asStored(body.input_schema),
               sideEffect: body.side_effect,
               right: body.right,
-              target: stored(body.target),
-              warnings: stored(warnings),
+              target: asStored(body.target),
+              warnings: asStored(warnings),
               keyId: caller?.keyId ?? null,
               createdAt: now,
             };
