@@ -16,7 +16,7 @@ import type { Right as RightType, SideEffect as SideEffectType } from '../core/t
 import { canonicalJson, newId } from '../crypto/hash.js';
 import type { Deadline } from '../store/deadline.js';
 import type { Store } from '../store/store.js';
-import { findTool, INSERT_TOOL, LATEST_TOOL, listTools, type ToolRecord } from '../store/tools.js';
+import { findTool, INSERT_TOOL, LATEST_TOOL, latestRegistered, listTools, type ToolRecord } from '../store/tools.js';
 import type { CallerIds, DecisionWriter } from '../store/writer.js';
 import { ApiError, unavailableFrom } from './errors.js';
 import type { Reply } from './authority.js';
@@ -137,6 +137,8 @@ const underSchema = (f: SchemaFinding): ToolViolation => ({ ...f, field: `input_
 export class ToolRegistry {
   /** Validators by tenant, name and version: a version never changes, so neither does its validator. */
   private readonly validators = new Map<string, ArgsValidator>();
+  /** The highest version of each tool (tenant, name) known registered: the latest stored may never be below it. */
+  private readonly highest = new Map<string, number>();
 
   constructor(
     private readonly store: Store,
@@ -280,7 +282,21 @@ export class ToolRegistry {
     const found = await findTool(this.store.db, tenantId, name);
     if (found === null) return null;
     const r = await this.checked(found);
-    const key = `${tenantId}\u0000${name}\u0000${r.version}`;
+    // A sealed older version made latest again (the newer ones deleted) would judge calls by the
+    // definition they replaced: known from this instance's memory, else from the audit's
+    // registration rows, once per tool.
+    const named = `${tenantId}\u0000${name}`;
+    const high = this.highest.get(named) ?? (await latestRegistered(this.store.db, tenantId, name)) ?? 0;
+    if (r.version < high)
+      throw new ApiError(
+        503,
+        'unavailable',
+        `tool ${name} is stored at version ${r.version}, but version ${high} was registered: newer versions were removed from the database. Register it again`,
+        { outcome: 'not_committed' },
+      );
+    if (this.highest.size >= 4096) this.highest.clear(); // bounded; read again from the audit on demand
+    this.highest.set(named, r.version);
+    const key = `${named}\u0000${r.version}`;
     let validator = this.validators.get(key);
     if (validator === undefined) {
       validator = new ArgsValidator(r.inputSchema as Record<string, unknown>, unsafeParts(r.inputSchema));

@@ -162,6 +162,10 @@ export const audit = pgTable(
     index('audit_approval_idx')
       .on(t.tenantId, sql`(${t.detail}->>'approval_id')`)
       .where(sql`${t.event} = 'approve' AND jsonb_exists(${t.detail}, 'approval_id')`),
+    /** A tool's registrations, by its name: only those rows enter it. */
+    index('audit_tool_idx')
+      .on(t.tenantId, sql`(${t.detail}->>'tool')`)
+      .where(sql`${t.event} = 'tool'`),
   ],
 );
 

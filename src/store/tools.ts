@@ -3,8 +3,8 @@
  * decision units send inside their batch transaction (plain SQL with text parameters, as the
  * writer's own statements are, so both drivers pass them alike).
  */
-import { and, asc, desc, eq, isNotNull } from 'drizzle-orm';
-import { approvals, tools } from './schema.js';
+import { and, asc, desc, eq, isNotNull, sql } from 'drizzle-orm';
+import { approvals, audit, tools } from './schema.js';
 import type { Db } from './store.js';
 
 export type ToolRecord = typeof tools.$inferSelect;
@@ -15,6 +15,19 @@ export async function findTool(db: Db, tenantId: string, name: string, version?:
   const where = and(eq(tools.tenantId, tenantId), eq(tools.name, name), version === undefined ? undefined : eq(tools.version, version));
   const rows = await db.select().from(tools).where(where).orderBy(desc(tools.version)).limit(1);
   return rows[0] ?? null;
+}
+
+/**
+ * The highest version of a tool its registrations' audit rows name (null: none), through the partial
+ * index audit_tool_idx. The audit is chained and checkpointed: a version removed from `tools` is
+ * still named here.
+ */
+export async function latestRegistered(db: Db, tenantId: string, name: string): Promise<number | null> {
+  const [row] = await db
+    .select({ v: sql<number | null>`max((${audit.detail}->>'version')::int)` })
+    .from(audit)
+    .where(and(eq(audit.tenantId, tenantId), eq(audit.event, 'tool'), sql`(${audit.detail}->>'tool') = ${name}`));
+  return row?.v === null || row?.v === undefined ? null : Number(row.v);
 }
 
 /** The latest version of every tool of the tenant, by name. */

@@ -252,6 +252,28 @@ describe.each(BACKENDS)('tools on %s', (backend) => {
       expect(asked.body.decision).toBe('pending');
     });
 
+    test('a newer version removed from the database, leaving an older sealed one latest, is not used: 503 until registered again', async () => {
+      const args = { command: 'rm -rf /workspace', cwd: '/workspace/app', timeout_ms: 1000 };
+      const cap = await mint();
+      const call = (name: string, callId: string): Promise<Called> =>
+        h.call('POST', '/v1/approve', { token: cap.token, tool: name, args, cost: 0, call_id: callId }, as(driver));
+      for (const name of ['rb-seen', 'rb-cold']) {
+        // Version 1 asked nobody; version 2 made the tool irreversible, so a person is asked.
+        expect((await h.call('PUT', `/v1/tools/${name}`, { ...SHELL, side_effect: 'destructive' })).status).toBe(201);
+        expect((await h.call('PUT', `/v1/tools/${name}`, { ...SHELL, side_effect: 'irreversible' })).body.version).toBe(2);
+      }
+      // rb-seen is used before the removal (this instance remembers version 2); rb-cold is not (the audit tells).
+      expect((await call('rb-seen', 'rb-0')).body.decision).toBe('pending');
+      await h.database.db.execute(sql`DELETE FROM tools WHERE tenant_id = ${h.tenantIds.a} AND name IN ('rb-seen', 'rb-cold') AND version = 2`);
+      for (const name of ['rb-seen', 'rb-cold']) {
+        const r = await call(name, `${name}-1`);
+        expect([r.status, r.body.error?.code]).toEqual([503, 'unavailable']);
+        expect(r.body.error.message).toMatch(/stored at version 1, but version 2 was registered/);
+      }
+      expect((await h.call('PUT', '/v1/tools/rb-cold', { ...SHELL, side_effect: 'irreversible' })).status).toBe(201);
+      expect((await call('rb-cold', 'rb-cold-2')).body.decision).toBe('pending');
+    });
+
     test('an unknown tool is denied unknown_tool; op and tool together are a 400', async () => {
       const cap = await mint();
       const r = await byTool(cap.token, 'rm', { path: '/workspace/x' });

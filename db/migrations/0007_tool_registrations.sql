@@ -1,0 +1,1 @@
+CREATE INDEX "audit_tool_idx" ON "audit" USING btree ("tenant_id",("detail"->>'tool')) WHERE "audit"."event" = 'tool';
