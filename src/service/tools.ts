@@ -135,8 +135,13 @@ export function toolBody(r: ToolRecord): Record<string, unknown> {
 const underSchema = (f: SchemaFinding): ToolViolation => ({ ...f, field: `input_schema${f.field}` });
 
 export class ToolRegistry {
-  /** Validators by tenant, name and version: a version never changes, so neither does its validator. */
-  private readonly validators = new Map<string, ArgsValidator>();
+  /**
+   * Verified versions by tenant, name and version: the definition and args validator built from a
+   * version whose seal held, and that seal. A version never changes, so a row still bearing the same
+   * seal is answered from here without computing it again (and a row changed under an unchanged
+   * seal is answered with what was verified, not with the change).
+   */
+  private readonly verified = new Map<string, { readonly seal: string; readonly def: ToolDef; readonly validator: ArgsValidator }>();
   /** The highest version of each tool (tenant, name) known registered: the latest stored may never be below it. */
   private readonly highest = new Map<string, number>();
 
@@ -279,13 +284,20 @@ export class ToolRegistry {
 
   /** The latest version of a tool with its args validator; null when the tenant has none by that name. */
   async resolve(tenantId: string, name: string): Promise<{ def: ToolDef; validator: ArgsValidator } | null> {
-    const found = await findTool(this.store.db, tenantId, name);
-    if (found === null) return null;
-    const r = await this.checked(found);
+    const r = await findTool(this.store.db, tenantId, name);
+    if (r === null) return null;
+    const named = `${tenantId}\u0000${name}`;
+    const key = `${named}\u0000${r.version}`;
+    let entry = this.verified.get(key);
+    if (entry === undefined || entry.seal !== r.seal) {
+      await this.checked(r);
+      entry = { seal: r.seal as string, def: asDef(r), validator: new ArgsValidator(r.inputSchema as Record<string, unknown>, unsafeParts(r.inputSchema)) };
+      if (this.verified.size >= 1024) this.verified.clear(); // bounded; verified again on demand
+      this.verified.set(key, entry);
+    }
     // A sealed older version made latest again (the newer ones deleted) would judge calls by the
     // definition they replaced: known from this instance's memory, else from the audit's
     // registration rows, once per tool.
-    const named = `${tenantId}\u0000${name}`;
     const high = this.highest.get(named) ?? (await latestRegistered(this.store.db, tenantId, name)) ?? 0;
     if (r.version < high)
       throw new ApiError(
@@ -296,14 +308,7 @@ export class ToolRegistry {
       );
     if (this.highest.size >= 4096) this.highest.clear(); // bounded; read again from the audit on demand
     this.highest.set(named, r.version);
-    const key = `${named}\u0000${r.version}`;
-    let validator = this.validators.get(key);
-    if (validator === undefined) {
-      validator = new ArgsValidator(r.inputSchema as Record<string, unknown>, unsafeParts(r.inputSchema));
-      if (this.validators.size >= 1024) this.validators.clear(); // bounded; rebuilt on demand
-      this.validators.set(key, validator);
-    }
-    return { def: asDef(r), validator };
+    return { def: entry.def, validator: entry.validator };
   }
 }
 
