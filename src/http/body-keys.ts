@@ -43,21 +43,31 @@ const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const COLON = 0x3a;
 
-/** The members written in a valid JSON text: its colons outside strings. */
+/**
+ * The members written in a valid JSON text: its colons outside strings. A string is skipped to its
+ * closing quote by indexOf (the first quote after an even run of backslashes): most of an approve
+ * body is its token, one long string, which a loop over every character spent microseconds on.
+ */
 function memberCount(text: string): number {
   let n = 0;
   for (let i = 0; i < text.length; i += 1) {
     const ch = text.charCodeAt(i);
     if (ch === COLON) n += 1;
     else if (ch === QUOTE) {
-      for (i += 1; i < text.length; i += 1) {
-        const c = text.charCodeAt(i);
-        if (c === BACKSLASH) i += 1;
-        else if (c === QUOTE) break;
-      }
+      let close = text.indexOf('"', i + 1);
+      while (close !== -1 && escaped(text, close)) close = text.indexOf('"', close + 1);
+      if (close === -1) return n;
+      i = close;
     }
   }
   return n;
+}
+
+/** Whether the quote at `at` is escaped: an odd run of backslashes before it. */
+function escaped(text: string, at: number): boolean {
+  let k = at - 1;
+  while (text.charCodeAt(k) === BACKSLASH) k -= 1;
+  return (at - 1 - k) % 2 === 1;
 }
 
 /** The path of the first key repeated within one object of `text`, or '' for the body itself when none is found. */
