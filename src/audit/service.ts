@@ -18,6 +18,19 @@ export interface CheckpointerOptions {
   readonly log: (entry: Record<string, unknown>) => void;
   /** See CheckpointOptions.pause. */
   readonly pause?: () => Promise<void>;
+  /** Told how each round went, for the metrics an operator alarms on (src/http/metrics.ts). */
+  readonly onRound?: (round: CheckpointRound) => void;
+}
+
+/**
+ * How one round went: tenants whose checkpoint failed (retried next round), tenants stopped for good
+ * on an integrity error (this process never extends their checkpoints again), and when it ended.
+ * Rows decided while either lasts are covered by no signed checkpoint, which only the logs said.
+ */
+export interface CheckpointRound {
+  readonly failed: number;
+  readonly alarmed: number;
+  readonly at: Date;
 }
 
 export class Checkpointer {
@@ -56,6 +69,12 @@ export class Checkpointer {
   }
 
   private async eachTenant(): Promise<number> {
+    const failed = await this.tenants();
+    this.o.onRound?.({ failed, alarmed: this.alarmed.size, at: this.o.now() });
+    return failed;
+  }
+
+  private async tenants(): Promise<number> {
     let tenants: readonly string[];
     try {
       tenants = await this.o.tenants();

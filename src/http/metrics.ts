@@ -64,6 +64,10 @@ export class Metrics {
   private readonly latency = new Map<string, Histogram>();
   private readonly batches = new Histogram(BATCH_BUCKETS);
   private readonly deferred = { retried: 0, waited: 0 };
+  private readonly rounds = { ok: 0, failed: 0 };
+  /** Seconds since the epoch at the end of the last checkpoint round in which no tenant failed; unset before one. */
+  private lastOkRound: number | undefined;
+  private alarmedTenants = 0;
 
   /** One decision: event (mint, attenuate, approve, revoke), grant or deny, and its code. */
   decision(event: string, decision: 'grant' | 'deny', code: string | null): void {
@@ -103,6 +107,17 @@ export class Metrics {
   treeLocked(retried: number, waited: number): void {
     this.deferred.retried += retried;
     this.deferred.waited += waited;
+  }
+
+  /**
+   * One checkpoint round (src/audit/service.ts). A round in which any tenant failed does not move
+   * `warrant_audit_checkpoint_last_ok_timestamp_seconds`: rows decided since are signed by nothing
+   * yet, so an operator alarms on its age, and on any tenant alarmed.
+   */
+  checkpointRound(failed: number, alarmed: number, at: Date): void {
+    this.rounds[failed === 0 ? 'ok' : 'failed'] += 1;
+    if (failed === 0) this.lastOkRound = at.getTime() / 1000;
+    this.alarmedTenants = alarmed;
   }
 
   /** The exposition text. */
@@ -148,6 +163,20 @@ export class Metrics {
       '# TYPE warrant_tree_lock_deferrals_total counter',
       `warrant_tree_lock_deferrals_total{then="retried"} ${this.deferred.retried}`,
       `warrant_tree_lock_deferrals_total{then="waited"} ${this.deferred.waited}`,
+      '# HELP warrant_audit_checkpoint_rounds_total Checkpoint rounds, by whether every tenant was checkpointed (or had nothing new).',
+      '# TYPE warrant_audit_checkpoint_rounds_total counter',
+      `warrant_audit_checkpoint_rounds_total{outcome="ok"} ${this.rounds.ok}`,
+      `warrant_audit_checkpoint_rounds_total{outcome="failed"} ${this.rounds.failed}`,
+      ...(this.lastOkRound === undefined
+        ? []
+        : [
+            '# HELP warrant_audit_checkpoint_last_ok_timestamp_seconds When the last checkpoint round in which no tenant failed ended (seconds since the epoch).',
+            '# TYPE warrant_audit_checkpoint_last_ok_timestamp_seconds gauge',
+            `warrant_audit_checkpoint_last_ok_timestamp_seconds ${this.lastOkRound}`,
+          ]),
+      '# HELP warrant_audit_checkpoint_tenants_alarmed Tenants whose database no longer matches their signed checkpoints: this process stopped checkpointing them.',
+      '# TYPE warrant_audit_checkpoint_tenants_alarmed gauge',
+      `warrant_audit_checkpoint_tenants_alarmed ${this.alarmedTenants}`,
       ...(pool === undefined
         ? []
         : [

@@ -112,6 +112,7 @@ async function main(): Promise<void> {
     sink: new FileSink(config.checkpointDir),
     tenants: async () => (await store.listTenants()).map((t) => t.id),
     log,
+    onRound: (r) => metrics.checkpointRound(r.failed, r.alarmed, r.at),
     // PGlite runs on this thread and its transaction holds it: a pause would let requests in only to
     // wait for the checkpoint's commit, and make the checkpoint longer.
     ...(database.kind === 'pglite' ? { pause: async () => {} } : {}),

@@ -10,6 +10,7 @@ import { AuditIntegrityError, checkpointTenant, latestCheckpoint, SLICE } from '
 import type { CheckpointLine } from '../../src/audit/checkpoint.js';
 import { publishCheckpoints, type CheckpointSink } from '../../src/audit/publish.js';
 import { Checkpointer } from '../../src/audit/service.js';
+import { Metrics } from '../../src/http/metrics.js';
 import { openDatabase, type Database } from '../../src/node/db.js';
 import { BACKENDS } from '../support/db.js';
 import { startHarness, type Harness } from '../support/app.js';
@@ -145,11 +146,14 @@ describe.each(BACKENDS)('the checkpointer on %s', (backend) => {
     await expectEveryRowOneLeaf();
   });
 
-  test('a database whose checkpoints no longer match the export is refused and never extended', async () => {
+  test('a database whose checkpoints no longer match the export is refused and never extended, and the metrics say so', async () => {
     const token = await mint('rollback');
     await approve(token, 1);
     const sink = new MemorySink();
     const logs: Row[] = [];
+    const metrics = new Metrics();
+    /** The checkpoint lines of the exposition text. */
+    const checkpointMetrics = async (): Promise<string[]> => (await metrics.render()).split('\n').filter((l) => l.startsWith('warrant_audit_checkpoint'));
     const rounds = new Checkpointer({
       db: h.database.db,
       keys: h.auditKeys,
@@ -157,18 +161,37 @@ describe.each(BACKENDS)('the checkpointer on %s', (backend) => {
       sink,
       tenants: async () => [h.tenantIds.a],
       log: (e) => logs.push(e),
+      onRound: (r) => metrics.checkpointRound(r.failed, r.alarmed, r.at),
     });
     await rounds.round();
+    const okAt = h.clock.now().getTime() / 1000;
+    expect(await checkpointMetrics()).toEqual([
+      'warrant_audit_checkpoint_rounds_total{outcome="ok"} 1',
+      'warrant_audit_checkpoint_rounds_total{outcome="failed"} 0',
+      `warrant_audit_checkpoint_last_ok_timestamp_seconds ${okAt}`,
+      'warrant_audit_checkpoint_tenants_alarmed 0',
+    ]);
     const last = (sink.lines.get(h.tenantIds.a) ?? []).at(-1) as CheckpointLine;
     // Someone with the database rolls its last checkpoint back.
     await exec(sql`DELETE FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a} AND n = ${last.n}`);
     await expect(publishCheckpoints(h.database.db, sink, h.auditKeys.verifyKeys, h.tenantIds.a)).rejects.toBeInstanceOf(AuditIntegrityError);
     await approve(token, 2);
+    h.clock.advance(60);
     await rounds.round();
     expect(logs.some((e) => e.level === 'error' && String(e.msg).includes('AUDIT INTEGRITY'))).toBe(true);
     expect((sink.lines.get(h.tenantIds.a) ?? []).at(-1)).toEqual(last);
     const [max] = await exec(sql`SELECT max(n)::int AS n FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a}`);
     expect(max?.n).toBe(last.n - 1);
+    // Rows go on being decided while nothing signs them: the last good round's time stays where it
+    // was, and the tenant is counted alarmed, in every round after too.
+    h.clock.advance(60);
+    await rounds.round();
+    expect(await checkpointMetrics()).toEqual([
+      'warrant_audit_checkpoint_rounds_total{outcome="ok"} 1',
+      'warrant_audit_checkpoint_rounds_total{outcome="failed"} 2',
+      `warrant_audit_checkpoint_last_ok_timestamp_seconds ${okAt}`,
+      'warrant_audit_checkpoint_tenants_alarmed 1',
+    ]);
   });
 });
 

@@ -456,6 +456,13 @@ describe.each(BACKENDS)('signed audit checkpoints end to end on %s', (backend) =
         }
       }
       expect(bad).toEqual([]);
+      // The server reports its rounds for an operator to alarm on (every one ok here).
+      const metrics = String((await s.call('GET', '/metrics', undefined, { key: null })).body);
+      expect(Number(/^warrant_audit_checkpoint_rounds_total\{outcome="ok"\} (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThan(0);
+      expect(metrics).toMatch(/^warrant_audit_checkpoint_rounds_total\{outcome="failed"\} 0$/m);
+      expect(metrics).toMatch(/^warrant_audit_checkpoint_tenants_alarmed 0$/m);
+      const lastOk = Number(/^warrant_audit_checkpoint_last_ok_timestamp_seconds (\S+)$/m.exec(metrics)?.[1]);
+      expect(Math.abs(Date.now() / 1000 - lastOk)).toBeLessThan(60);
     } finally {
       await s.stop();
       await d.close();
