@@ -247,6 +247,41 @@ describe('URL path segments that some servers read as . or .. or with a / are re
   });
 });
 
+/**
+ * Attack review: WHATWG drops a segment that a following `..` cancels before the readings above are
+ * checked, so `https://api.example.com/v1/x/..;/../admin` became `/v1/x/admin` (granted under
+ * `/v1/x/`) while a client that sends the text as written (Go, Java, Node's http.request) hands
+ * Tomcat `/v1/x/..;/../admin`, which it serves as `/admin`. docs/api.md refuses such a segment
+ * wherever it stands; so is an encoded `/` that a `..` erases.
+ */
+const ERASED_SEGMENTS: [string, string][] = [
+  ['.. with a path parameter', 'https://api.example.com/v1/x/..;/../admin'],
+  ['encoded .. with a path parameter', 'https://api.example.com/v1/x/%2e%2e;/../admin'],
+  ['.. with an encoded ;', 'https://api.example.com/v1/x/..%3B/../admin'],
+  ['encoded . with a path parameter', 'https://api.example.com/v1/x/y/%2e;/../../admin'],
+  ['doubly encoded ..', 'https://api.example.com/v1/x/%252e%252e/../admin'],
+  ['an encoded / beside ..', 'https://api.example.com/v1/x/y%2F..%2F..%2Fadmin/..'],
+  ['a doubly encoded /', 'https://api.example.com/v1/x/y%252F..%252F..%252Fadmin/..'],
+];
+
+describe('a segment some servers read as .. or with a / is refused even when a later .. erases it', () => {
+  test.each(ERASED_SEGMENTS)('as a target: %s', (_name, u) => {
+    expect(canonicalTarget(urlT(u)).ok).toBe(false);
+  });
+  test.each(ERASED_SEGMENTS)('as a prefix: %s', (_name, u) => {
+    expect(canonicalObject(url(u)).ok).toBe(false);
+  });
+  test.each<[string, string, string]>([
+    ['a plain ..', 'https://api.example.com/v1/x/y/../z', 'https://api.example.com/v1/x/z'],
+    ['an encoded ..', 'https://api.example.com/v1/x/y/%2E%2e/z', 'https://api.example.com/v1/x/z'],
+    ['a half-encoded ..', 'https://api.example.com/v1/x/y/.%2e/z', 'https://api.example.com/v1/x/z'],
+    ['an encoded .', 'https://api.example.com/v1/x/%2e/z', 'https://api.example.com/v1/x/z'],
+    ['a parameter on a plain segment that a .. erases', 'https://api.example.com/v1/x/y;v=2/../z', 'https://api.example.com/v1/x/z'],
+  ])('dot segments every parser resolves alike still resolve: %s', (_name, u, expected) => {
+    expect(canonicalTarget(urlT(u))).toEqual({ ok: true, value: { kind: 'url', url: expected } });
+  });
+});
+
 describe('isWithin', () => {
   test.each<[string, RawTarget, RawObject, boolean]>([
     ['the path itself', pathT('/workspace/traj-1'), path('/workspace/traj-1'), true],
