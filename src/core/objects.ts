@@ -199,6 +199,26 @@ function checkEmptyBesideDots(rawPath: string): Result<true> {
     : ok(true);
 }
 
+/** A segment WHATWG resolves as `.` or `..` (`%2e` in either case for a dot), as RFC 3986 normalizers do. */
+const DOT_SEGMENT = /^(?:\.|%2e){1,2}$/i;
+
+/**
+ * Attack review: WHATWG drops a segment that a following `..` cancels before the checks above see the
+ * path, so `/v1/x/..;/../admin` became `/v1/x/admin` while a client that sends the text as written hands
+ * Tomcat a path it serves as `/admin` (likewise `%2e%2e;`, `%252e%252e`, `y%2F..%2F..`). `rawPath` is the
+ * path as written: each segment but the dot segments every parser resolves alike is held to the same
+ * rules, an encoded `/`, `\` or NUL included.
+ */
+function checkWrittenSegments(rawPath: string): Result<true> {
+  if (/%(?:2f|5c|00)/i.test(rawPath)) return err('must not contain an encoded /, \\ or NUL');
+  return checkSegmentReadings(
+    rawPath
+      .split('/')
+      .filter((s) => !DOT_SEGMENT.test(s))
+      .join('/'),
+  );
+}
+
 interface ParsedUrl {
   readonly origin: string;
   readonly path: string;
@@ -250,6 +270,8 @@ function parseHttpUrl(raw: string): Result<ParsedUrl> {
   const rawPath = /^https?:\/\/[^/?#]*([^?#]*)/i.exec(raw)?.[1] ?? '';
   const empties = checkEmptyBesideDots(rawPath);
   if (!empties.ok) return empties;
+  const written = checkWrittenSegments(rawPath);
+  if (!written.ok) return written;
   return ok({ origin: `${u.protocol}//${u.host}`, path: path.value });
 }
 
