@@ -13,7 +13,7 @@ import { Store } from '../../src/store/store.js';
 import { DecisionWriter } from '../../src/store/writer.js';
 import { BACKENDS } from '../support/db.js';
 import { startHarness, TEST_DEADLINE_MS, type Harness } from '../support/app.js';
-import { CATALOG } from '../support/tools.js';
+import { CATALOG, SHELL, variant } from '../support/tools.js';
 
 type Body = Record<string, unknown>;
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- bodies are read freely; assertions check them
@@ -320,6 +320,35 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     expect(await spend(cap.capability_id)).toEqual(charged);
     expect((await rows(cap.trajectory_id)).filter((e) => e.event === 'approve' && e.decision === 'grant')).toHaveLength(1);
     expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+  });
+
+  // docs/api.md "Idempotency and replays": a repeat of a call_id with the same request returns the
+  // first decision and writes no audit row. The tool's checks (unknown_tool, args_invalid) ran before
+  // the call_id's record was read, so a tool registered anew between the ask and its repeat had the
+  // repeat decided again: a fresh deny, and a second audit row, for a call still waiting for a person,
+  // which the approver then granted and charged while its driver had been told it was denied.
+  test('a repeat of a waiting call_id is answered from its record even after its tool was registered anew', async () => {
+    const tool = `deploy-${++seq}`;
+    expect((await h.call('PUT', `/v1/tools/${tool}`, SHELL)).status).toBe(201);
+    const cap = await mint();
+    const body = { token: cap.token, tool, args: { command: 'make deploy', cwd: '/workspace/app', timeout_ms: 30000 }, cost: 0.5, call_id: 'dep-1' };
+    const asked = await callOn(h.app, driver, 'POST', '/v1/approve', body);
+    expect(asked.body.decision).toBe('pending');
+    const id = asked.body.approval_id as string;
+    // The tenant's admin tightens the tool meanwhile: the waiting call's args no longer keep its schema.
+    const tighter = variant(SHELL, (t) => {
+      t.input_schema.properties.timeout_ms.maximum = 10000;
+    });
+    expect((await h.call('PUT', `/v1/tools/${tool}`, tighter)).status).toBe(201);
+
+    const repeated = await callOn(h.app, driver, 'POST', '/v1/approve', body);
+    expect(repeated.body).toMatchObject({ decision: 'pending', approval_id: id, audit_id: asked.body.audit_id, replayed: true });
+    expect(steps(await rows(cap.trajectory_id))).toEqual(['mint:grant:', 'approve:pending:']);
+
+    // Approved, the repeat learns the grant it was charged for.
+    expect((await resolve(id, 'approve')).body.outcome).toMatchObject({ decision: 'grant' });
+    expect((await callOn(h.app, driver, 'POST', '/v1/approve', body)).body).toMatchObject({ decision: 'grant', approval_id: id, replayed: true });
+    expect(await spend(cap.capability_id)).toEqual([0.5, 1]);
   });
 
   test("approving a call whose capability's stored chain was rewritten (a revoked parent cut out) grants nothing", async () => {
