@@ -11,15 +11,15 @@ import type { ArgError } from '../core/tool-args.js';
 import { atPointer } from '../core/tool-schema.js';
 import type { CanonicalTarget, Deny, RawTarget, Right, Scalar, SideEffect, VerifiedCapability } from '../core/types.js';
 import { hashJson, newId } from '../crypto/hash.js';
-import type { Fence } from '../store/idempotency.js';
+import type { Fence, StoredResponse } from '../store/idempotency.js';
 import type { DecisionUnit } from '../store/writer.js';
 import { approveDetail, dryRunDetail, replayedApproval } from './approve-record.js';
 import { askApproval, pendingBody } from './approvals.js';
 import type { Authority, Reply, RequestContext } from './authority.js';
 import { invalidRequest, type FieldError } from './errors.js';
 
-/** What approving borrows from the Authority: its token cache, idempotency, failure guard, writer, tools and approvals. */
-export type DecisionKit = Pick<Authority, 'tokens' | 'idempotent' | 'guard' | 'submitAs' | 'tools' | 'approvals'>;
+/** What approving borrows from the Authority: its token cache, idempotency (and recorded answers), failure guard, writer, tools and approvals. */
+export type DecisionKit = Pick<Authority, 'tokens' | 'idempotent' | 'recorded' | 'guard' | 'submitAs' | 'tools' | 'approvals'>;
 
 /** Postgres text and jsonb hold neither NUL nor lone surrogates (as schemas.ts `text` refuses them). */
 const UNSTORABLE = /\0|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
@@ -149,32 +149,42 @@ export class Approver {
       return this.reply(await this.kit.guard(() => this.kit.submitAs(caller, this.unit(tenantId, null, null, req, callId, d, null), deadline)));
     }
     const cap = verified.capability;
-    if (cap.tenant !== tenantId || denied !== null) {
-      // The token's own denials come first: a foreign token learns nothing of this tenant's tools.
-      const mismatch = cap.tenant !== tenantId;
-      const d = mismatch ? deny('tenant_mismatch', 'the capability belongs to another tenant') : (denied as Deny);
-      const owner = mismatch ? null : cap;
-      return this.reply(await this.kit.guard(() => this.kit.submitAs(caller, this.unit(tenantId, null, owner, req, callId, d, null), deadline)));
-    }
     // Hashed only when a call_id asks for idempotency: it is on every approval's path otherwise.
     const requestHash =
       idemKey === undefined
         ? undefined
         : hashJson({ op: req.op, target: req.target, cost: req.cost.toString(), args: req.args, ...(req.tool === undefined ? {} : { tool: req.tool.name }) });
+    const key = idemKey === undefined ? undefined : `${cap.id}:${idemKey}`;
+    if (cap.tenant !== tenantId || denied !== null) {
+      // The token's own denials come first: a foreign token learns nothing of this tenant's tools.
+      const mismatch = cap.tenant !== tenantId;
+      // A repeat of a call_id already decided is answered from its record, before the tool's checks:
+      // its tool registered anew since (a tighter schema) must not have the call decided a second time.
+      if (!mismatch && key !== undefined && requestHash !== undefined) {
+        const first = await this.kit.recorded({ tenantId, scope: 'approve', key }, requestHash, deadline);
+        if (first !== null) return this.replay(tenantId, first);
+      }
+      const d = mismatch ? deny('tenant_mismatch', 'the capability belongs to another tenant') : (denied as Deny);
+      const owner = mismatch ? null : cap;
+      return this.reply(await this.kit.guard(() => this.kit.submitAs(caller, this.unit(tenantId, null, owner, req, callId, d, null), deadline)));
+    }
     const outcome = await this.kit.idempotent(
-      { tenantId, scope: 'approve', key: idemKey === undefined ? undefined : `${cap.id}:${idemKey}` },
+      { tenantId, scope: 'approve', key },
       requestHash,
       (fence) => this.kit.submitAs(caller, this.unit(tenantId, fence, cap, req, callId, null, caller?.keyId ?? null), deadline),
       deadline,
     );
-    if (!('replay' in outcome)) return this.reply(outcome.result);
-    const first = outcome.replay.body as Record<string, unknown>;
-    // A call that waited for a person: its repeat learns the outcome once there is one (issue 17).
+    return 'replay' in outcome ? this.replay(tenantId, outcome.replay) : this.reply(outcome.result);
+  }
+
+  /** The answer to a repeated call_id: its first decision, or for a call that waited for a person, the outcome once there is one (issue 17). */
+  private async replay(tenantId: string, stored: StoredResponse): Promise<Reply> {
+    const first = stored.body as Record<string, unknown>;
     if (first.decision === 'pending' && typeof first.approval_id === 'string') {
       const now = await this.kit.approvals.outcomeOf(tenantId, first.approval_id, first);
       return replayedApproval({ status: 200, body: now });
     }
-    return replayedApproval(outcome.replay);
+    return replayedApproval(stored);
   }
 
   private unit(

@@ -22,7 +22,7 @@ import {
 import { hashJson, newId } from '../crypto/hash.js';
 import type { KeyRing } from '../crypto/keys.js';
 import { signToken } from '../crypto/tokens.js';
-import { claim, markInDoubt, release, type Fence, type IdemKey, type StoredResponse } from '../store/idempotency.js';
+import { claim, completedAnswer, markInDoubt, release, type Fence, type IdemKey, type StoredResponse } from '../store/idempotency.js';
 import { within, type Deadline } from '../store/deadline.js';
 import { StoreUnavailable, type Store } from '../store/store.js';
 import { FenceLost, type CallerIds, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
@@ -105,6 +105,15 @@ function capabilityBody(c: CapabilityClaims): Record<string, unknown> {
     expires_at: rfc3339(c.exp),
   };
 }
+
+/** A stored answer whose seal does not hold: never answered from (README "Idempotency"). */
+const unsealedAnswer = (): ApiError =>
+  new ApiError(
+    503,
+    'unavailable',
+    'the stored answer for this idempotency key does not hold its seal (changed in the database, or sealed under a retired signing key); nothing is granted now. A decision was recorded under this key: find it in the audit log (by call_id) before asking again under a new one',
+    { outcome: 'unknown' },
+  );
 
 export class Authority {
   /** Verified tokens, shared by the use cases. */
@@ -444,13 +453,7 @@ export class Authority {
     switch (c.kind) {
       case 'completed':
         // Answered only when the record is the one this authority stored for this very request.
-        if (c.requestHash !== requestHash || !sealer.holds(key, requestHash, c.response, c.seal))
-          throw new ApiError(
-            503,
-            'unavailable',
-            'the stored answer for this idempotency key does not hold its seal (changed in the database, or sealed under a retired signing key); nothing is granted now. A decision was recorded under this key: find it in the audit log (by call_id) before asking again under a new one',
-            { outcome: 'unknown' },
-          );
+        if (c.requestHash !== requestHash || !sealer.holds(key, requestHash, c.response, c.seal)) throw unsealedAnswer();
         return { replay: c.response };
       case 'conflict':
         throw new ApiError(409, 'idempotency_conflict', 'this idempotency key was used with a different request');
@@ -469,6 +472,17 @@ export class Authority {
           throw e instanceof ApiError ? e : e instanceof StoreUnavailable ? unavailableFrom(e) : e;
         }
     }
+  }
+
+  /**
+   * The answer already recorded under an idempotency key for this very request, read without
+   * claiming the key (null when none is): for a request that is denied before it could claim one.
+   */
+  async recorded(k: IdemKey, requestHash: string, deadline: Deadline | undefined): Promise<StoredResponse | null> {
+    const found = await this.guard(() => completedAnswer(this.deps.store.db, k, requestHash), deadline);
+    if (found === null) return null;
+    if (!(await this.sealing()).holds(k, requestHash, found.response, found.seal)) throw unsealedAnswer();
+    return found.response;
   }
 
   private async settleFailure(fence: Fence, e: unknown): Promise<void> {

@@ -76,6 +76,16 @@ export async function claim(db: Db, k: IdemKey, requestHash: string, owner: stri
 }
 
 /**
+ * The completed answer stored under `k` for the request hashing to `requestHash`, read without
+ * claiming anything (null when there is none, it is not completed, or it answers another request).
+ */
+export async function completedAnswer(db: Db, k: IdemKey, requestHash: string): Promise<{ response: StoredResponse; seal: string | null } | null> {
+  const [row] = await db.select().from(idempotency).where(where(k));
+  if (row === undefined || row.state !== 'completed' || row.requestHash !== requestHash) return null;
+  return { response: { status: row.status ?? 200, body: row.response }, seal: row.seal };
+}
+
+/**
  * Each record found and locked by its primary key, in key order (a LATERAL subquery per key, which
  * the planner cannot turn into a join): as a join with the recordset, it scanned the whole table,
  * which keeps every key ever used, until that grew past some tens of thousands of rows (4.6 ms at
