@@ -5,7 +5,7 @@
  * database; on PostgreSQL, two connection pools); rejected and expired calls are denied; the driver
  * long-polls; every step is an audit row, the resolution under the approver's key.
  */
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, test } from 'vitest';
 import { createApp } from '../../src/http/app.js';
 import { openDatabase, type Database } from '../../src/node/db.js';
 import { APPROVAL_TTL_S, MAX_LONG_POLLS } from '../../src/service/approvals.js';
@@ -187,6 +187,28 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     const r = await resolve(id, 'approve');
     expect(r.body).toMatchObject({ state: 'approved', requested_by: both.id, resolved_by: approver.id, outcome: { decision: 'grant' } });
     expect(await spend(cap.capability_id)).toEqual([0.5, 1]);
+  });
+
+  // The rule is per key (README "Tenants and API keys"): an admin key that asked for a call can make an
+  // approver key on the spot and approve its own call with it. That escape is documented; what is not
+  // is that nothing in the audit then ties the approving key to the asking one: creating (and
+  // revoking) an API key writes no audit row, so the approval reads as another person's. Fix: audit
+  // key management (event `access`, a grant naming the new key's id, roles and expiry, under the
+  // creating key's key_id), with the key's insert in the same transaction as its row.
+  it.fails('an approver key made by the key that asked for the call is on the record: the audit names who made it', async () => {
+    const made = await h.call('POST', '/v1/api-keys', { name: 'ops-admin', roles: ['admin'] });
+    const admin = { key: made.body.api_key as string, id: made.body.key_id as string };
+    const cap = await mint();
+    const args = { command: 'rm -rf build', cwd: '/workspace/app', timeout_ms: 30000 };
+    const asked = await callOn(h.app, admin.key, 'POST', '/v1/approve', { token: cap.token, tool: 'shell', args, cost: 0.5, call_id: 'own-1' });
+    const id = asked.body.approval_id as string;
+    const second = await callOn(h.app, admin.key, 'POST', '/v1/api-keys', { name: 'rubber-stamp', roles: ['approver'] });
+    expect(second.status).toBe(201);
+    const approved = await callOn(h.app, second.body.api_key as string, 'POST', `/v1/approvals/${id}`, { decision: 'approve' });
+    expect(approved.body).toMatchObject({ state: 'approved', requested_by: admin.id, resolved_by: second.body.key_id, outcome: { decision: 'grant' } });
+    // The approving key's creation is on the record, by the key that asked.
+    const entries = (await h.call('GET', '/v1/audit?limit=1000')).body.entries as Body[];
+    expect(entries.some((e) => e.key_id === admin.id && JSON.stringify(e.detail).includes(second.body.key_id as string))).toBe(true);
   });
 
   test('a rejected call is denied approval_rejected, with the note, and charges nothing', async () => {
