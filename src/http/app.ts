@@ -369,7 +369,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       throw unavailable();
     }
   };
-  const keyAdmin = new KeyAdmin(deps.store, deps.now, auth);
+  const keyAdmin = new KeyAdmin(deps.store, deps.writer, auth);
   const app = new OpenAPIHono<Env>({
     defaultHook: (result, c) => {
       if (!result.success) {
@@ -512,9 +512,9 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   app.openapi(routes.resolveApproval, async (c) =>
     send(c, await admitted(() => authority.approvals.resolve(c.get('tenantId'), c.req.valid('param').id, c.req.valid('json'), callerOf(c), c.get('deadline')))),
   );
-  app.openapi(routes.createKey, async (c) => send(c, await bounded(c, keyAdmin.create(c.get('tenantId'), c.req.valid('json')))));
-  app.openapi(routes.listKeys, async (c) => send(c, await bounded(c, keyAdmin.list(c.get('tenantId')))));
-  app.openapi(routes.revokeKey, async (c) => send(c, await bounded(c, keyAdmin.revoke(c.get('tenantId'), c.req.valid('param').id))));
+  app.openapi(routes.createKey, async (c) => send(c, await admitted(() => keyAdmin.create(c.get('tenantId'), c.req.valid('json'), contextOf(c)))));
+  app.openapi(routes.listKeys, async (c) => send(c, await bounded(c, keyAdmin.list(c.get('tenantId'), deps.now()))));
+  app.openapi(routes.revokeKey, async (c) => send(c, await admitted(() => keyAdmin.revoke(c.get('tenantId'), c.req.valid('param').id, contextOf(c)))));
   app.openapi(routes.get, async (c) => send(c, await bounded(c, reads.capability(c.get('tenantId'), c.req.valid('param').id))));
   app.openapi(routes.audit, async (c) => {
     const q = c.req.valid('query');

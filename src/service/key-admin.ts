@@ -2,12 +2,20 @@
  * Key management over HTTP (admin only; the role check is the app's): create a key with roles, a
  * name and an optional lifetime; list keys without secrets or hashes; revoke one. A revocation is
  * dropped from this instance's key cache at once.
+ *
+ * Creating and revoking a key are decisions like any other: each is an audit row (event `access`,
+ * under the acting key's id), committed in the same transaction as the key's change and before the
+ * answer. Otherwise a key that asked for a call could make an approver key and approve its own call
+ * with it (the self-approval rule is per key), and the audit would show another key approving, with
+ * nothing to tie the two together.
  */
 import { z } from 'zod';
-import type { Store } from '../store/store.js';
-import { ApiError, unavailable } from './errors.js';
-import { createApiKey, keyView, ROLES } from './keys.js';
-import type { Reply } from './authority.js';
+import { newId } from '../crypto/hash.js';
+import { KEY_REVOKED_CHANNEL, type ApiKeyRecord, type Store } from '../store/store.js';
+import type { AuditDraft, DecisionWriter } from '../store/writer.js';
+import { ApiError, unavailable, unavailableFrom } from './errors.js';
+import { keyView, newApiKey, ROLES, type CreatedKey } from './keys.js';
+import type { Reply, RequestContext } from './authority.js';
 import type { Authenticator } from './tenants.js';
 
 /** The longest lifetime of a key: ten years. */
@@ -30,32 +38,120 @@ export const CreateKeyBody = z.strictObject({
 });
 export type CreateKeyBody = z.infer<typeof CreateKeyBody>;
 
+const INSERT_KEY = `INSERT INTO api_keys (id, tenant_id, name, roles, key_hash, created_at, expires_at)
+  VALUES ($1, $2, $3, ARRAY(SELECT jsonb_array_elements_text($4::jsonb)), $5, $6::timestamptz, $7::timestamptz)`;
+
+/** Revokes a key not yet revoked, and tells every instance's cache when (and only if) that commits. */
+const REVOKE_KEY = `WITH revoked AS (
+  UPDATE api_keys SET revoked_at = $3::timestamptz WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL RETURNING id
+)
+SELECT id, pg_notify($4, id) FROM revoked`;
+
+/** The key as it now stands, as JSON (both drivers hand back the same text for it). */
+const KEY_NOW = `SELECT to_json(k) AS key FROM api_keys k WHERE tenant_id = $1 AND id = $2`;
+
+interface KeyJson {
+  readonly id: string;
+  readonly tenant_id: string;
+  readonly name: string;
+  readonly roles: string[];
+  readonly key_hash: string;
+  readonly created_at: string;
+  readonly expires_at: string | null;
+  readonly revoked_at: string | null;
+}
+
+const asRecord = (k: KeyJson): ApiKeyRecord => ({
+  id: k.id,
+  tenantId: k.tenant_id,
+  name: k.name,
+  roles: k.roles,
+  keyHash: k.key_hash,
+  createdAt: new Date(k.created_at),
+  expiresAt: k.expires_at === null ? null : new Date(k.expires_at),
+  revokedAt: k.revoked_at === null ? null : new Date(k.revoked_at),
+});
+
+/** The audit row of a key created or revoked: who it is, what it may do and until when. */
+function keyRow(action: 'api_key_created' | 'api_key_revoked', k: ApiKeyRecord): AuditDraft {
+  return {
+    id: newId('aud'),
+    event: 'access',
+    decision: 'grant',
+    reasonCode: null,
+    capabilityId: null,
+    parentId: null,
+    trajectoryId: null,
+    op: null,
+    target: null,
+    cost: null,
+    callId: null,
+    detail: { action, api_key_id: k.id, name: k.name, roles: [...k.roles], expires_at: k.expiresAt?.toISOString() ?? null },
+  };
+}
+
 export class KeyAdmin {
   constructor(
     private readonly store: Store,
-    private readonly now: () => Date,
+    private readonly writer: DecisionWriter,
     private readonly auth: Authenticator,
   ) {}
 
-  async create(tenantId: string, body: CreateKeyBody): Promise<Reply> {
-    const now = this.now();
-    const expiresAt = body.ttl_s === undefined ? null : new Date(now.getTime() + body.ttl_s * 1000);
-    const { record, apiKey } = await guard(() => createApiKey(this.store, tenantId, { name: body.name, roles: body.roles, expiresAt }, now));
-    return { status: 201, body: { ...keyView(record, now), api_key: apiKey } };
+  async create(tenantId: string, body: CreateKeyBody, ctx: RequestContext = {}): Promise<Reply> {
+    const { caller } = ctx;
+    const { record, apiKey } = await this.decide<CreatedKey>(
+      {
+        tenantId,
+        fence: null,
+        ...(caller === undefined ? {} : { caller }),
+        run: async (tx, now) => {
+          const expiresAt = body.ttl_s === undefined ? null : new Date(now.getTime() + body.ttl_s * 1000);
+          const created = newApiKey(tenantId, { name: body.name, roles: body.roles, expiresAt }, now);
+          const k = created.record;
+          await tx.query(INSERT_KEY, [k.id, tenantId, k.name, JSON.stringify(k.roles), k.keyHash, now.toISOString(), expiresAt?.toISOString() ?? null]);
+          return { result: created, audit: keyRow('api_key_created', k) };
+        },
+      },
+      ctx,
+    );
+    return { status: 201, body: { ...keyView(record, record.createdAt), api_key: apiKey } };
   }
 
-  async list(tenantId: string): Promise<Reply> {
-    const now = this.now();
+  async list(tenantId: string, now: Date): Promise<Reply> {
     const keys = await guard(() => this.store.listApiKeys(tenantId));
     return { status: 200, body: { keys: keys.map((k) => keyView(k, now)) } };
   }
 
-  async revoke(tenantId: string, keyId: string): Promise<Reply> {
-    const now = this.now();
-    const key = await guard(() => this.store.revokeApiKey(tenantId, keyId, now));
-    if (key === null) throw new ApiError(404, 'not_found', 'no such API key');
+  async revoke(tenantId: string, keyId: string, ctx: RequestContext = {}): Promise<Reply> {
+    const { caller } = ctx;
+    const found = await this.decide<{ key: ApiKeyRecord; now: Date } | null>(
+      {
+        tenantId,
+        fence: null,
+        ...(caller === undefined ? {} : { caller }),
+        run: async (tx, now) => {
+          const revoked = await tx.query(REVOKE_KEY, [tenantId, keyId, now.toISOString(), KEY_REVOKED_CHANNEL]);
+          const [row] = await tx.query(KEY_NOW, [tenantId, keyId]);
+          const key = row === undefined ? null : asRecord(row.key as KeyJson);
+          // Revoked now: on the record. Unknown, or revoked before: nothing decided, no row.
+          return { result: key === null ? null : { key, now }, audit: revoked.length > 0 && key !== null ? keyRow('api_key_revoked', key) : null };
+        },
+      },
+      ctx,
+    );
+    if (found === null) throw new ApiError(404, 'not_found', 'no such API key');
     this.auth.forget(keyId);
-    return { status: 200, body: keyView(key, now) };
+    return { status: 200, body: keyView(found.key, found.now) };
+  }
+
+  /** The unit through the decision writer: answered once its audit row (if any) has committed. */
+  private async decide<R>(unit: Parameters<DecisionWriter['submit']>[0], ctx: RequestContext): Promise<R> {
+    try {
+      return (await this.writer.submit(unit, ctx.deadline)) as R;
+    } catch (e) {
+      if (e instanceof ApiError) throw e;
+      throw unavailableFrom(e);
+    }
   }
 }
 

@@ -133,6 +133,40 @@ describe.each(BACKENDS)('API keys on %s', (backend) => {
     expect(rows.some((x: { key_id: string }) => x.key_id === keys.runtime.id)).toBe(true);
   });
 
+  test('creating and revoking a key are audit rows under the acting key, committed with the change', async () => {
+    const admin = await h.call('POST', '/v1/api-keys', { name: 'ops', roles: ['admin'] });
+    const acting = { id: admin.body.key_id as string, key: admin.body.api_key as string };
+    const asActing = (method: string, path: string, body?: unknown): Promise<Called> =>
+      h.call(method, path, body, { headers: { authorization: `Bearer ${acting.key}`, 'x-request-id': 'keys-1' } });
+    const created = await asActing('POST', '/v1/api-keys', { name: 'approver-1', roles: ['approver', 'driver'], ttl_s: 3600 });
+    expect(created.status).toBe(201);
+    const made = created.body.key_id as string;
+    const rows = async (): Promise<Record<string, unknown>[]> =>
+      ((await h.call('GET', '/v1/audit?event=access&decision=grant&limit=1000')).body.entries as Record<string, unknown>[]).filter(
+        (e) => (e.detail as { api_key_id?: string }).api_key_id === made,
+      );
+    expect(await rows()).toEqual([
+      expect.objectContaining({
+        event: 'access',
+        decision: 'grant',
+        key_id: acting.id,
+        request_id: 'keys-1',
+        detail: { action: 'api_key_created', api_key_id: made, name: 'approver-1', roles: ['driver', 'approver'], expires_at: created.body.expires_at },
+      }),
+    ]);
+    expect(created.body.expires_at).toBe(new Date(h.clock.now().getTime() + 3600_000).toISOString());
+    const revoked = await asActing('DELETE', `/v1/api-keys/${made}`);
+    expect(revoked.body).toMatchObject({ key_id: made, state: 'revoked' });
+    // Revoking it again, or a key that does not exist, decides nothing: no row.
+    expect((await asActing('DELETE', `/v1/api-keys/${made}`)).body.state).toBe('revoked');
+    expect((await asActing('DELETE', '/v1/api-keys/nosuchkey123')).status).toBe(404);
+    const after = await rows();
+    expect(after.map((e) => (e.detail as { action: string }).action)).toEqual(['api_key_created', 'api_key_revoked']);
+    expect(after[1]).toMatchObject({ key_id: acting.id, detail: { action: 'api_key_revoked', api_key_id: made, name: 'approver-1' } });
+    // The rows are on the tenant's chain like any decision: the log still verifies.
+    expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+  });
+
   test('bad key requests name the field', async () => {
     const r = await h.call('POST', '/v1/api-keys', { name: 'x', roles: ['root'] });
     expect(r.status).toBe(400);

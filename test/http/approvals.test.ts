@@ -5,7 +5,7 @@
  * database; on PostgreSQL, two connection pools); rejected and expired calls are denied; the driver
  * long-polls; every step is an audit row, the resolution under the approver's key.
  */
-import { afterAll, beforeAll, describe, expect, it, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createApp } from '../../src/http/app.js';
 import { openDatabase, type Database } from '../../src/node/db.js';
 import { APPROVAL_TTL_S, MAX_LONG_POLLS } from '../../src/service/approvals.js';
@@ -195,7 +195,7 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
   // revoking) an API key writes no audit row, so the approval reads as another person's. Fix: audit
   // key management (event `access`, a grant naming the new key's id, roles and expiry, under the
   // creating key's key_id), with the key's insert in the same transaction as its row.
-  it.fails('an approver key made by the key that asked for the call is on the record: the audit names who made it', async () => {
+  test('an approver key made by the key that asked for the call is on the record: the audit names who made it', async () => {
     const made = await h.call('POST', '/v1/api-keys', { name: 'ops-admin', roles: ['admin'] });
     const admin = { key: made.body.api_key as string, id: made.body.key_id as string };
     const cap = await mint();
