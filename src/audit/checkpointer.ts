@@ -204,6 +204,13 @@ export interface CheckpointOptions {
    * yields there.
    */
   readonly pause?: () => Promise<void>;
+  /**
+   * The sink's last checkpoint of the tenant, read once the sink is caught up (absent or null: no
+   * sink, or an empty one). The checkpoint extended must be that one as this transaction reads it:
+   * checked in another transaction (publishCheckpoints), a database that shows the signer an older
+   * checkpoint than it shows the check would have the audit key sign a fork of the exported chain.
+   */
+  readonly exported?: CheckpointLine | null;
 }
 
 /**
@@ -293,6 +300,14 @@ async function makeCheckpoint(o: CheckpointOptions, tenantId: string): Promise<M
         throw new AuditIntegrityError(`the latest stored checkpoint of tenant ${tenantId} is not one the audit key signed`);
       }
       const signed = prev?.ok === true ? prev.payload : null;
+      const exported = o.exported ?? null;
+      // Newer than the sink: another instance's, not yet exported; the next round exports (and checks) it first.
+      if (exported !== null && last !== null && last.n > exported.n) return null;
+      if (exported !== null && (last?.n !== exported.n || last.jws !== exported.jws)) {
+        throw new AuditIntegrityError(
+          `the latest stored checkpoint of tenant ${tenantId} is not checkpoint ${exported.n} as exported: the audit history in the database was rewritten or rolled back`,
+        );
+      }
       const trees = await changedTrees(tx, tenantId, last?.snapshot ?? null);
       if (trees.length === 0) return null;
       const pause = o.pause ?? pauseEvery(PAUSE_AFTER_MS);

@@ -94,7 +94,9 @@ export class Checkpointer {
       // Catch up first: a checkpoint committed by another instance, or before a crash, is published
       // (and the database's history checked against the sink) before a new one extends it.
       if (sink !== null) await publishCheckpoints(db, sink, keys.verifyKeys, tenantId);
-      const made = await checkpointTenant({ db, keys, now: this.o.now, ...(this.o.pause === undefined ? {} : { pause: this.o.pause }) }, tenantId);
+      // The signing transaction extends only the sink's last checkpoint, as it reads the database itself.
+      const exported = sink === null ? null : await sink.last(tenantId);
+      const made = await checkpointTenant({ db, keys, now: this.o.now, exported, ...(this.o.pause === undefined ? {} : { pause: this.o.pause }) }, tenantId);
       if (made === null) return true;
       if (sink !== null) await publishCheckpoints(db, sink, keys.verifyKeys, tenantId);
       this.o.log({ msg: 'audit checkpoint', tenant_id: tenantId, n: made.payload.n, size: made.payload.size, root: made.payload.root });

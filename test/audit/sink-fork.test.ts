@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql, type SQL } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { checkpointTenant } from '../../src/audit/checkpointer.js';
 import { Checkpointer } from '../../src/audit/service.js';
 import { FileSink } from '../../src/node/file-sink.js';
 import { BACKENDS } from '../support/db.js';
@@ -80,5 +81,35 @@ describe.each(BACKENDS)('the sink check, against a database that answers the sig
     // Nothing signed over the rewritten rows, and the alarm raised.
     expect(await exec(sql`SELECT n FROM audit_checkpoints_aside`)).toEqual([]);
     expect(logs.some((e) => e.level === 'error' && String(e.msg).includes('AUDIT INTEGRITY'))).toBe(true);
+  });
+});
+
+describe.each(BACKENDS)('the sink check, with several instances, on %s', (backend) => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness(backend);
+  });
+  afterAll(async () => h.close());
+
+  test('a checkpoint another instance made after this one exported is not extended yet, nor taken for a rollback', async () => {
+    const tenant = h.tenantIds.a;
+    const minted = await h.call('POST', '/v1/capabilities', {
+      trajectory_id: 'peer',
+      rights: ['read'],
+      objects: [{ kind: 'path', prefix: '/w/peer' }],
+      ttl_s: 3600,
+    });
+    expect(minted.status).toBe(201);
+    const first = await h.checkpoint();
+    expect(first).not.toBeNull();
+    await h.call('POST', '/v1/approve', { token: minted.body.token, op: 'read', target: { kind: 'path', path: '/w/peer/1' }, cost: 0.01 });
+    expect(await h.checkpoint()).not.toBeNull(); // another instance's checkpoint 2, not in this one's sink yet
+    await h.call('POST', '/v1/approve', { token: minted.body.token, op: 'read', target: { kind: 'path', path: '/w/peer/2' }, cost: 0.01 });
+    const line = { n: first?.n ?? 0, jws: first?.jws ?? '', consistency: first?.consistency ?? [] };
+    expect(await checkpointTenant({ db: h.database.db, keys: h.auditKeys, now: h.clock.now, exported: line }, tenant)).toBeNull();
+    // With the sink caught up, it is extended.
+    const [two] = rowsOf(await h.database.db.execute(sql`SELECT jws, consistency FROM audit_checkpoints WHERE tenant_id = ${tenant} AND n = 2`));
+    const caughtUp = { n: 2, jws: String(two?.jws), consistency: two?.consistency as string[] };
+    expect((await checkpointTenant({ db: h.database.db, keys: h.auditKeys, now: h.clock.now, exported: caughtUp }, tenant))?.n).toBe(3);
   });
 });
