@@ -252,6 +252,13 @@ describe.each(BACKENDS)('audit checkpoints on %s', (backend) => {
     expect(await verify()).toMatchObject({ ok: false, first_bad_id: victim.id });
   });
 
+  test('a stored consistency proof that is not a list of hashes is reported at its checkpoint, not a crash of the verifier', async () => {
+    for (const proof of ['{"x": 1}', '"00"', '[null]', '[1]']) {
+      await exec(sql`UPDATE audit_checkpoints SET consistency = ${proof}::jsonb WHERE tenant_id = ${h.tenantIds.a} AND n = 2`);
+      expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 2, reason: expect.stringMatching(/does not extend/) });
+    }
+  });
+
   test('the database copy of the checkpoints: a deleted, reordered or re-signed one is reported', async () => {
     await exec(sql`DELETE FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a} AND n = 1`);
     expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 1 });
