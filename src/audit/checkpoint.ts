@@ -115,7 +115,9 @@ export async function checkNext(keys: AuditKeys, tenantId: string, prev: Verifie
   if (line.n !== p.n) return `checkpoint ${p.n} is filed as ${line.n}`;
   if (p.prev !== (prev === null ? null : checkpointId(prev.jws))) return `checkpoint ${p.n} does not name checkpoint ${p.n - 1} as its predecessor`;
   const oldSize = prev?.payload.size ?? 0;
-  const proof = line.consistency.map(fromHex);
+  // The database's copy is the database's word: a proof that is not a list of hex strings does not extend, it does not throw.
+  const stored: unknown = line.consistency;
+  const proof = Array.isArray(stored) ? stored.map((h: unknown) => (typeof h === 'string' ? fromHex(h) : null)) : [null];
   const newRoot = fromHex(p.root);
   const oldRoot = prev === null ? null : fromHex(prev.payload.root);
   const extendsPrev =
