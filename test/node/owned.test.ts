@@ -108,6 +108,19 @@ describe('the checkpoint sink', () => {
     expect(readFileSync(sinkFile(sink, 't1'), 'utf8')).toBe('');
   });
 
+  it('never reads or writes outside its directory, whatever tenant id the database gives', async () => {
+    // Tenant ids come from the database: whoever can write it can name a tenant '../x' or 'a/../b'.
+    const sink = join(dir, 'sink');
+    mkdirSync(sink, { mode: 0o700 });
+    await new FileSink(sink).append('t1', [line]);
+    for (const id of ['../escaped', 'sub/../t1', '.', '']) {
+      await expect(new FileSink(sink).append(id, [line])).rejects.toThrow(/tenant id/);
+      await expect(new FileSink(sink).last(id)).rejects.toThrow(/tenant id/);
+    }
+    expect(existsSync(join(dir, 'escaped.jsonl'))).toBe(false);
+    expect(readFileSync(sinkFile(sink, 't1'), 'utf8').split('\n')).toHaveLength(2);
+  });
+
   it('appends to a tenant file of its own, created 0600', async () => {
     const sink = join(dir, 'sink');
     mkdirSync(sink, { mode: 0o700 });
