@@ -16,8 +16,19 @@ import { ensureOwnDir, openOwnFile } from './owned.js';
 const SINK_DIR = 'the checkpoint directory';
 const SINK_FILE = 'the checkpoint file';
 
-/** The file that holds a tenant's checkpoints in a sink directory. */
-export const sinkFile = (dir: string, tenantId: string): string => join(dir, `${tenantId}.jsonl`);
+/** What a tenant id may be to name a file: ids are `ten_` and base64url, and a checkpoint's tenant is at most 128 characters. */
+const FILE_NAME_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+/**
+ * The file that holds a tenant's checkpoints in a sink directory. Tenant ids come from the database,
+ * which whoever can write it can make '../x' or 'a/../b': such an id names no file here (it throws),
+ * or the evidence would be written outside the directory, or another tenant's file read as this one's.
+ */
+export function sinkFile(dir: string, tenantId: string): string {
+  if (!FILE_NAME_ID.test(tenantId))
+    throw new Error(`tenant id ${JSON.stringify(tenantId.slice(0, 140))} is not a file name: the database's tenants were tampered with`);
+  return join(dir, `${tenantId}.jsonl`);
+}
 
 /** How much of a file's end is read to find its last line: a line is well under 4 KiB. */
 const TAIL_BYTES = 16 * 1024;
