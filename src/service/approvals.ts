@@ -61,7 +61,7 @@ export interface AskedCall {
 const iso = (d: Date): string => d.toISOString();
 
 /** What an approval row's seal covers: every column but the seal, as read back from the database. */
-function approvalParts(r: Omit<ApprovalRecord, 'seal'>): unknown[] {
+export function approvalParts(r: Omit<ApprovalRecord, 'seal'>): unknown[] {
   return [
     r.id,
     r.tenantId,

@@ -10,8 +10,10 @@
  * The HMAC key comes from the active token signing key, which the database never sees: SHA-256 of
  * the Ed25519 signature (deterministic, RFC 8032) over a fixed label. A seal names the kid it was
  * made under: new seals use the active key, and seals of older keys hold while those keys stay in
- * the ring with their private part. Once a key is retired, what it sealed is refused like a forgery
- * (a repeat with a new call_id decides again; a tool must be registered again).
+ * the ring with their private part. Tool versions and pending approvals are sealed again under the
+ * active key by the sweep of src/service/reseal.ts, so an old key retired after a sweep strands none
+ * of them; a stored answer or settled approval it sealed is refused like a forgery once it is
+ * retired (a repeat with a new call_id decides again).
  */
 import { hmac } from '@noble/hashes/hmac.js';
 import { sha256 } from '@noble/hashes/sha2.js';
@@ -25,7 +27,8 @@ const LABEL = 'warrant idempotency seal key v1';
 
 export class ResponseSealer {
   private constructor(
-    private readonly kid: string,
+    /** The kid new seals are made under. */
+    readonly activeKid: string,
     /** HMAC keys by kid: the active key's seals, and those of older keys still in the ring with their private part. */
     private readonly keys: ReadonlyMap<string, Uint8Array>,
   ) {}
@@ -51,7 +54,7 @@ export class ResponseSealer {
 
   /** The seal of a record of `kind` whose content is `parts` (JSON values). */
   sealOf(kind: string, parts: readonly unknown[]): string {
-    return `${this.kid}.${this.mac(this.keys.get(this.kid) as Uint8Array, kind, parts)}`;
+    return `${this.activeKid}.${this.mac(this.keys.get(this.activeKid) as Uint8Array, kind, parts)}`;
   }
 
   /** Whether `seal` is this key's seal of exactly `parts`. */
