@@ -3,7 +3,8 @@
  * unset, migrations at start, and a hitless shutdown on SIGTERM/SIGINT (stop accepting, answer every
  * request already received, flush the decision writer, close the database, exit). Start order: the
  * data directory is checked private and locked, then the port is bound, and only then is the
- * database opened, so a second server or a busy port stops before anything is opened.
+ * database opened, so a second server or a busy port stops before anything is opened. Once it
+ * listens, seals made under older signing keys are renewed under the active one, in the background.
  */
 import { writeFileSync } from 'node:fs';
 import type { Server as HttpServer } from 'node:http';
@@ -12,6 +13,7 @@ import { join } from 'node:path';
 import { createAdaptorServer } from '@hono/node-server';
 import { createApp } from '../http/app.js';
 import { Metrics } from '../http/metrics.js';
+import { resealLogged } from '../service/reseal.js';
 import { createTenant } from '../service/tenants.js';
 import { Store } from '../store/store.js';
 import { DecisionWriter } from '../store/writer.js';
@@ -121,6 +123,9 @@ async function main(): Promise<void> {
   log({ msg: 'audit checkpoints', every_s: config.checkpointIntervalS, sink: config.checkpointDir, audit_kid: auditKeys.activeKid });
   handle = (req) => app.fetch(req);
   log({ msg: `listening on http://${config.host}:${port}`, port, kid: keys.activeKid });
+  // After a rotation, so that retiring the old key later strands no tool (src/service/reseal.ts).
+  // Nothing waits for it: seals of older keys hold meanwhile. A failure is logged and changes nothing.
+  void resealLogged(database.db, keys, log);
 
   let stopping = false;
   const stop = (signal: string): void => {

@@ -95,6 +95,26 @@ export async function resealAll(db: Db, keys: KeyRing): Promise<Resealed> {
   return { tools: t.resealed, approvals: a.resealed, notHeld: t.notHeld + a.notHeld };
 }
 
+/**
+ * resealAll with its counts logged (a warning when some rows do not hold), or its failure: it never
+ * rejects, and a failed sweep leaves the rows it had not reached as they were (the next one takes them).
+ */
+export async function resealLogged(db: Db, keys: KeyRing, log: (entry: Record<string, unknown>) => void): Promise<void> {
+  try {
+    const n = await resealAll(db, keys);
+    log({ level: n.notHeld > 0 ? 'warn' : 'info', msg: SWEPT, kid: keys.activeKid, tools: n.tools, approvals: n.approvals, not_held: n.notHeld });
+  } catch (e) {
+    // The innermost cause: drizzle's wrapper quotes the query and its parameters.
+    let c: unknown = e;
+    while (c instanceof Error && c.cause instanceof Error) c = c.cause;
+    const error = c instanceof Error ? { error: c.message, name: c.name, code: (c as { code?: unknown }).code } : { error: String(c) };
+    log({ level: 'warn', msg: 'the re-seal sweep failed; seals of older keys hold while those keys stay in the ring', ...error });
+  }
+}
+
+/** The log line of a sweep's counts. */
+export const SWEPT = 'sealed again under the active signing key';
+
 /** Pages through `read` (rows after the last one read), sealing again each row whose seal holds; `write` answers how many rows it changed. */
 async function sweep<R extends { readonly seal: string | null }>(
   kind: string,

@@ -10,7 +10,7 @@ import type { JWK } from 'jose';
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 import { generateSigningJwk, loadKeyRing } from '../../src/crypto/keys.js';
 import { createApp } from '../../src/http/app.js';
-import { resealAll } from '../../src/service/reseal.js';
+import { resealAll, resealLogged } from '../../src/service/reseal.js';
 import { ResponseSealer } from '../../src/service/seal.js';
 import { createTenant } from '../../src/service/tenants.js';
 import { toolParts } from '../../src/service/tools.js';
@@ -169,5 +169,14 @@ describe.each(BACKENDS)('re-sealing after a key rotation on %s', (backend) => {
     expect((await onB('GET', `/v1/approvals/${id}`, undefined, approver)).body).toMatchObject({ state: 'pending', call_id: 'run-1' });
     const resolved = await onB('POST', `/v1/approvals/${id}`, { decision: 'approve' }, approver);
     expect([resolved.status, resolved.body.state, resolved.body.outcome?.decision]).toEqual([200, 'approved', 'grant']);
+  });
+
+  test('a sweep that fails (its database closed) is logged as a warning and rejects nothing', async () => {
+    const closed = await openTestDatabase(backend);
+    await closed.close();
+    const lines: Record<string, unknown>[] = [];
+    await expect(resealLogged(closed.db, await loadKeyRing({ keys: [A, B] }), (e) => lines.push(e))).resolves.toBeUndefined();
+    expect(lines).toEqual([expect.objectContaining({ level: 'warn', msg: expect.stringMatching(/re-seal sweep failed/) })]);
+    expect(String(lines[0]?.error)).not.toMatch(/Failed query|params/);
   });
 });
