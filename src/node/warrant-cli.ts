@@ -23,7 +23,7 @@ const DEFAULT_URL = 'http://127.0.0.1:8080';
 const COMMANDS: Record<string, readonly [string, string]> = {
   tenant: ['tenant create NAME | list', 'tenants, straight from the database (warrant tenant --help)'],
   'api-keys': ['api-keys create|list|revoke …', 'scoped API keys of a tenant (warrant api-keys --help)'],
-  keys: ['keys rotate | list [--audit]', 'the signing and audit key rings (warrant keys --help)'],
+  keys: ['keys rotate | list [--audit] | reseal', 'the signing and audit key rings (warrant keys --help)'],
   audit: ['audit verify|checkpoint|receipt …', 'the offline audit checks (warrant audit --help)'],
   mint: ['mint < body.json', 'POST /v1/capabilities with the JSON body on stdin'],
   attenuate: ['attenuate < body.json', 'POST /v1/attenuate with the JSON body on stdin'],

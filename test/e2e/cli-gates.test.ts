@@ -62,6 +62,7 @@ const HELP: [string, string][] = [
   ['keys --help', 'rotate'],
   ['keys rotate --help', 'rotate'],
   ['keys list --audit --help', 'list'],
+  ['keys reseal --help', 'pending approvals'],
   ['audit --help', 'checkpoint'],
   ['audit verify --help', '--checkpoints'],
   ['audit checkpoint --help', 'checkpoint'],

@@ -2,14 +2,16 @@
  * The re-seal sweep at the Node server's start (src/node/main.ts), on embedded PGlite: a tool
  * registered under key A, the server restarted on the ring {A, B} (B active) and then on {B} alone,
  * A retired: the tool is still read and called by, because the second start sealed it under B.
+ * `npm run keys -- reseal` does the same from the command line. The steps run in order.
  */
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { JWK } from 'jose';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { generateSigningJwk } from '../../src/crypto/keys.js';
 import { SWEPT } from '../../src/service/reseal.js';
-import { VIEW } from '../support/tools.js';
-import { cleanupServers, seedDataDir, startServer, tempDir, type RunningServer } from '../support/server.js';
+import { SEARCH, VIEW } from '../support/tools.js';
+import { cleanupServers, runCli, seedDataDir, startServer, tempDir, type RunningServer } from '../support/server.js';
 
 /** The sweep's log line, once the server has written it. */
 async function swept(server: RunningServer): Promise<Record<string, unknown>> {
@@ -26,9 +28,10 @@ describe('the server re-seals at start', () => {
   const ring = (...keys: JWK[]) => ({ ...dirs, env: { WARRANT_SIGNING_KEYS: JSON.stringify({ keys }) } });
   let A: JWK;
   let B: JWK;
+  let C: JWK;
   beforeAll(async () => {
     await seedDataDir(dirs.dataDir);
-    [A, B] = [await generateSigningJwk(), await generateSigningJwk()];
+    [A, B, C] = [await generateSigningJwk(), await generateSigningJwk(), await generateSigningJwk()];
   });
   afterAll(cleanupServers);
 
@@ -50,5 +53,22 @@ describe('the server re-seals at start', () => {
     expect([r.status, r.body.decision]).toEqual([200, 'grant']);
     expect(await swept(retired)).toMatchObject({ kid: B.kid, tools: 0, not_held: 0 });
     expect(await retired.stop()).toBe(0);
+  });
+
+  test('`keys reseal` does the same with no server (as for a Workers deployment), and never makes a key', { timeout: 120_000 }, async () => {
+    const before = await startServer(ring(B));
+    expect((await before.call('PUT', '/v1/tools/search', SEARCH)).status).toBe(201);
+    expect(await before.stop()).toBe(0);
+
+    const r = await runCli('keys-cli.ts', ['reseal'], { WARRANT_DATA_DIR: dirs.dataDir, ...ring(B, C).env });
+    expect([r.code, r.stdout.trim()]).toEqual([0, `sealed again under ${String(C.kid)}: 2 tool versions, 0 pending approvals`]);
+    const none = join(tempDir(), 'none');
+    const bare = await runCli('keys-cli.ts', ['reseal'], { WARRANT_DATA_DIR: dirs.dataDir, WARRANT_KEYS_DIR: none });
+    expect([bare.code, bare.stderr, existsSync(none)]).toEqual([1, expect.stringContaining('no signing keys'), false]);
+
+    const after = await startServer(ring(C));
+    for (const name of ['view', 'search']) expect((await after.call('GET', `/v1/tools/${name}`)).status).toBe(200);
+    expect(await swept(after)).toMatchObject({ kid: C.kid, tools: 0, not_held: 0 });
+    expect(await after.stop()).toBe(0);
   });
 });
