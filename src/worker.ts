@@ -5,7 +5,10 @@
  *
  * Migrations are never run here: apply them from Node against the same database, by running
  * `npm run tenant -- create <name>` or `npm start` once with DATABASE_URL pointing at it (both
- * migrate first, under an advisory lock).
+ * migrate first, under an advisory lock). Nor is the re-seal sweep (src/service/reseal.ts), which the
+ * Node server runs at each start: here every request has its own app and database client, and a
+ * sweep per isolate would read the tools table on every cold start. After rotating
+ * WARRANT_SIGNING_KEYS, run `npm run keys -- reseal` from Node with the same set (keys/README.md).
  *
  * Nothing here or below may import a Node built-in (test/layers.test.ts): postgres.js resolves to its
  * Workers build (`workerd` export condition, cloudflare:sockets) when wrangler bundles it.

@@ -17,6 +17,9 @@
  *
  * It writes no audit row: it decides nothing and changes nothing a seal covers, and each row it
  * renews already has the audit row of the decision that wrote it. The caller logs the counts.
+ *
+ * The Node server runs it at each start (src/node/main.ts), `npm run keys -- reseal` on demand; the
+ * Workers entry never does (src/worker.ts says why).
  */
 import { and, asc, eq, gt, isNotNull, sql, type AnyColumn, type SQL } from 'drizzle-orm';
 import type { KeyRing } from '../crypto/keys.js';
