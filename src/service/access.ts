@@ -5,7 +5,7 @@
  */
 import { newId } from '../crypto/hash.js';
 import type { Deadline } from '../store/deadline.js';
-import type { AuditDraft, CallerIds, DecisionWriter } from '../store/writer.js';
+import { tenantDraft, type AuditDraft, type CallerIds, type DecisionWriter } from '../store/writer.js';
 import { ApiError } from './errors.js';
 import type { Role } from './keys.js';
 
@@ -31,20 +31,7 @@ export async function forbidden(
   needed: readonly Role[],
   deadline?: Deadline,
 ): Promise<ApiError> {
-  const audit: AuditDraft = {
-    id: newId('aud'),
-    event: eventOf(route),
-    decision: 'deny',
-    reasonCode: 'forbidden',
-    capabilityId: null,
-    parentId: null,
-    trajectoryId: null,
-    op: null,
-    target: null,
-    cost: null,
-    callId: null,
-    detail: { route, required_roles: needed },
-  };
+  const audit = tenantDraft(newId('aud'), eventOf(route), 'deny', 'forbidden', { route, required_roles: needed });
   await writer.submit({ tenantId, fence: null, caller, run: async () => ({ result: null, audit }) }, deadline);
   return new ApiError(403, 'forbidden', `this API key lacks the role this call needs: one of ${needed.join(', ')}`, { required_roles: needed });
 }

@@ -12,7 +12,7 @@
 import { z } from 'zod';
 import { newId } from '../crypto/hash.js';
 import { KEY_REVOKED_CHANNEL, type ApiKeyRecord, type Store } from '../store/store.js';
-import type { AuditDraft, DecisionWriter } from '../store/writer.js';
+import { tenantDraft, type AuditDraft, type DecisionWriter } from '../store/writer.js';
 import { ApiError, unavailable, unavailableFrom } from './errors.js';
 import { keyView, newApiKey, ROLES, type CreatedKey } from './keys.js';
 import type { Reply, RequestContext } from './authority.js';
@@ -73,22 +73,14 @@ const asRecord = (k: KeyJson): ApiKeyRecord => ({
 });
 
 /** The audit row of a key created or revoked: who it is, what it may do and until when. */
-function keyRow(action: 'api_key_created' | 'api_key_revoked', k: ApiKeyRecord): AuditDraft {
-  return {
-    id: newId('aud'),
-    event: 'access',
-    decision: 'grant',
-    reasonCode: null,
-    capabilityId: null,
-    parentId: null,
-    trajectoryId: null,
-    op: null,
-    target: null,
-    cost: null,
-    callId: null,
-    detail: { action, api_key_id: k.id, name: k.name, roles: [...k.roles], expires_at: k.expiresAt?.toISOString() ?? null },
-  };
-}
+const keyRow = (action: 'api_key_created' | 'api_key_revoked', k: ApiKeyRecord): AuditDraft =>
+  tenantDraft(newId('aud'), 'access', 'grant', null, {
+    action,
+    api_key_id: k.id,
+    name: k.name,
+    roles: [...k.roles],
+    expires_at: k.expiresAt?.toISOString() ?? null,
+  });
 
 export class KeyAdmin {
   constructor(

@@ -17,7 +17,7 @@ import { canonicalJson, newId } from '../crypto/hash.js';
 import type { Deadline } from '../store/deadline.js';
 import type { Store } from '../store/store.js';
 import { findTool, INSERT_TOOL, LATEST_TOOL, latestRegistered, listTools, type ToolRecord } from '../store/tools.js';
-import type { CallerIds, DecisionWriter } from '../store/writer.js';
+import { tenantDraft, type CallerIds, type DecisionWriter } from '../store/writer.js';
 import { ApiError, unavailableFrom } from './errors.js';
 import type { Reply } from './authority.js';
 import { asStored, type ResponseSealer } from './seal.js';
@@ -242,20 +242,14 @@ export class ToolRegistry {
             ]);
             return {
               result: { created: true, version },
-              audit: {
-                id: newId('aud'),
-                event: 'tool',
-                decision: 'grant',
-                reasonCode: null,
-                capabilityId: null,
-                parentId: null,
-                trajectoryId: null,
-                op: null,
-                target: null,
-                cost: null,
-                callId: null,
-                detail: { tool: name, version, side_effect: body.side_effect, right: body.right, target: body.target, warnings },
-              },
+              audit: tenantDraft(newId('aud'), 'tool', 'grant', null, {
+                tool: name,
+                version,
+                side_effect: body.side_effect,
+                right: body.right,
+                target: body.target,
+                warnings,
+              }),
             };
           },
         },

@@ -29,6 +29,11 @@ export interface AuditDraft {
   readonly detail: unknown;
 }
 
+/** The audit row of a decision about no capability (key management, tool registration, a refused role): no call fields. */
+export function tenantDraft(id: string, event: AuditDraft['event'], decision: AuditDraft['decision'], reasonCode: string | null, detail: unknown): AuditDraft {
+  return { id, event, decision, reasonCode, capabilityId: null, parentId: null, trajectoryId: null, op: null, target: null, cost: null, callId: null, detail };
+}
+
 export interface Decided<R> {
   readonly result: R;
   /**
