@@ -60,7 +60,7 @@ export interface AppDeps {
   readonly docsAssets?: DocsAssets;
 }
 
-type Env = { Variables: { tenantId: string; requestId: string; keyId: string; deadline: Deadline } };
+type Env = { Variables: { tenantId: string; requestId: string; keyId: string; keyExpiresAt: Date | null; deadline: Deadline } };
 
 export const MAX_BODY_BYTES = 64 * 1024;
 /** Where the audit checkpoint keys are published, without auth. */
@@ -369,7 +369,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       throw unavailable();
     }
   };
-  const keyAdmin = new KeyAdmin(deps.store, deps.writer, auth);
+  const keyAdmin = new KeyAdmin(deps.store, deps.writer, auth, deps.now);
   const app = new OpenAPIHono<Env>({
     defaultHook: (result, c) => {
       if (!result.success) {
@@ -454,6 +454,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     }
     c.set('tenantId', principal.tenantId);
     c.set('keyId', principal.keyId);
+    c.set('keyExpiresAt', principal.expiresAt);
     // Roles are checked before the body is read: a call outside them runs nothing but its audit row.
     const route = routeOf(c.req.method, c.req.path);
     const needed = rolesFor(route);
@@ -512,7 +513,9 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   app.openapi(routes.resolveApproval, async (c) =>
     send(c, await admitted(() => authority.approvals.resolve(c.get('tenantId'), c.req.valid('param').id, c.req.valid('json'), callerOf(c), c.get('deadline')))),
   );
-  app.openapi(routes.createKey, async (c) => send(c, await admitted(() => keyAdmin.create(c.get('tenantId'), c.req.valid('json'), contextOf(c)))));
+  app.openapi(routes.createKey, async (c) =>
+    send(c, await admitted(() => keyAdmin.create(c.get('tenantId'), c.req.valid('json'), c.get('keyExpiresAt'), contextOf(c)))),
+  );
   app.openapi(routes.listKeys, async (c) => send(c, await bounded(c, keyAdmin.list(c.get('tenantId'), deps.now()))));
   app.openapi(routes.revokeKey, async (c) => send(c, await admitted(() => keyAdmin.revoke(c.get('tenantId'), c.req.valid('param').id, contextOf(c)))));
   app.openapi(routes.get, async (c) => send(c, await bounded(c, reads.capability(c.get('tenantId'), c.req.valid('param').id))));

@@ -13,7 +13,7 @@ import { z } from 'zod';
 import { newId } from '../crypto/hash.js';
 import { KEY_REVOKED_CHANNEL, type ApiKeyRecord, type Store } from '../store/store.js';
 import { tenantDraft, type AuditDraft, type DecisionWriter } from '../store/writer.js';
-import { ApiError, unavailable, unavailableFrom } from './errors.js';
+import { ApiError, invalidRequest, unavailable, unavailableFrom } from './errors.js';
 import { keyView, newApiKey, ROLES, type CreatedKey } from './keys.js';
 import type { Reply, RequestContext } from './authority.js';
 import type { Authenticator } from './tenants.js';
@@ -87,17 +87,31 @@ export class KeyAdmin {
     private readonly store: Store,
     private readonly writer: DecisionWriter,
     private readonly auth: Authenticator,
+    private readonly now: () => Date,
   ) {}
 
-  async create(tenantId: string, body: CreateKeyBody, ctx: RequestContext = {}): Promise<Reply> {
+  /**
+   * `creatorExpiresAt`: when the key asking expires (null: never). The new key may not outlive it: a
+   * leaked key with a short life must not be turned into one that never expires (400 on ttl_s).
+   */
+  async create(tenantId: string, body: CreateKeyBody, creatorExpiresAt: Date | null, ctx: RequestContext = {}): Promise<Reply> {
     const { caller } = ctx;
+    if (creatorExpiresAt !== null) {
+      const left = Math.floor((creatorExpiresAt.getTime() - this.now().getTime()) / 1000);
+      if (body.ttl_s === undefined || body.ttl_s > left)
+        throw invalidRequest([
+          { path: 'ttl_s', message: `must be given and at most ${left}: a key may not outlive the key that makes it (${creatorExpiresAt.toISOString()})` },
+        ]);
+    }
     const { record, apiKey } = await this.decide<CreatedKey>(
       {
         tenantId,
         fence: null,
         ...(caller === undefined ? {} : { caller }),
         run: async (tx, now) => {
-          const expiresAt = body.ttl_s === undefined ? null : new Date(now.getTime() + body.ttl_s * 1000);
+          const asked = body.ttl_s === undefined ? null : new Date(now.getTime() + body.ttl_s * 1000);
+          // Checked above against the clock before; the decision's own time may be a moment later.
+          const expiresAt = creatorExpiresAt !== null && asked !== null && asked > creatorExpiresAt ? creatorExpiresAt : asked;
           const created = newApiKey(tenantId, { name: body.name, roles: body.roles, expiresAt }, now);
           const k = created.record;
           await tx.query(INSERT_KEY, [k.id, tenantId, k.name, JSON.stringify(k.roles), k.keyHash, now.toISOString(), expiresAt?.toISOString() ?? null]);

@@ -18,6 +18,8 @@ export interface Principal {
   readonly tenantId: string;
   readonly keyId: string;
   readonly roles: readonly Role[];
+  /** When the key stops being usable; null: never. A key it makes over the API may not outlive it. */
+  readonly expiresAt: Date | null;
 }
 
 /** A new key: its record, and the key itself, shown once. */

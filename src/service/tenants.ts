@@ -56,7 +56,12 @@ export class Authenticator {
     if (!constantTimeEqual(sha256Hex(apiKey), key.keyHash)) return null;
     if (!hit && this.generation === generation) this.cache.set(keyId, { key, until: now + this.ttlMs });
     if (!isUsable(key, now)) return null;
-    return { tenantId: key.tenantId, keyId: key.id, roles: key.roles.filter((r): r is Role => (ROLES as readonly string[]).includes(r)) };
+    return {
+      tenantId: key.tenantId,
+      keyId: key.id,
+      roles: key.roles.filter((r): r is Role => (ROLES as readonly string[]).includes(r)),
+      expiresAt: key.expiresAt,
+    };
   }
 
   /** Drops a key from this instance's cache: its revocation holds here from the next request. */

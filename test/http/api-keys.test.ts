@@ -167,6 +167,27 @@ describe.each(BACKENDS)('API keys on %s', (backend) => {
     expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
   });
 
+  test('a key made over the API may not outlive the key that makes it', async () => {
+    const shortLived = await h.call('POST', '/v1/api-keys', { name: 'temp-admin', roles: ['admin'], ttl_s: 3600 });
+    const asTemp = (body: unknown): Promise<Called> =>
+      h.call('POST', '/v1/api-keys', body, { headers: { authorization: `Bearer ${shortLived.body.api_key as string}` } });
+    h.clock.advance(600);
+    // 3,000 s are left: a key that never expires, or one past it, is refused, naming ttl_s.
+    for (const body of [
+      { name: 'forever', roles: ['admin'] },
+      { name: 'longer', roles: ['admin'], ttl_s: 3001 },
+    ]) {
+      const r = await asTemp(body);
+      expect(r.status).toBe(400);
+      expect(r.body.error.fields).toEqual([{ path: 'ttl_s', message: expect.stringContaining('at most 3000') }]);
+    }
+    const within = await asTemp({ name: 'within', roles: ['driver'], ttl_s: 3000 });
+    expect(within.status).toBe(201);
+    expect(within.body.expires_at).toBe(shortLived.body.expires_at);
+    // A key that never expires makes keys as it likes.
+    expect((await h.call('POST', '/v1/api-keys', { name: 'forever', roles: ['driver'] })).body.expires_at).toBeNull();
+  });
+
   test('bad key requests name the field', async () => {
     const r = await h.call('POST', '/v1/api-keys', { name: 'x', roles: ['root'] });
     expect(r.status).toBe(400);
