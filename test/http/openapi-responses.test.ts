@@ -433,8 +433,8 @@ describe('GET /openapi.json, response side', () => {
     test('the audit: listing, verify and receipts', async () => {
       const all = await call('/v1/audit', 'GET', '/v1/audit');
       expect(all.status).toBe(200);
-      // Rows of every event, refusals and a forbidden access among them, were held to the schema.
-      expect(new Set(all.body.entries.map((e: Json) => e.event))).toEqual(new Set(['mint', 'attenuate', 'approve', 'revoke']));
+      // Rows of every event, refusals, a forbidden call and the keys made and revoked above among them, were held to the schema.
+      expect(new Set(all.body.entries.map((e: Json) => e.event))).toEqual(new Set(['mint', 'attenuate', 'approve', 'revoke', 'access']));
       expect(all.body.entries.some((e: Json) => e.reason_code === 'forbidden')).toBe(true);
       expect((await call('/v1/audit', 'GET', '/v1/audit?limit=2')).body.next).not.toBeNull();
       expect((await call('/v1/audit', 'GET', '/v1/audit?limit=0')).status).toBe(400);
