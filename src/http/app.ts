@@ -20,7 +20,7 @@ import { ApiError, invalidRequest, unavailable, unavailableFrom, type FieldError
 import { newId } from '../crypto/hash.js';
 import { Authenticator, KEY_CACHE_TTL_MS } from '../service/tenants.js';
 import { forbidden } from '../service/access.js';
-import { hasRole, rolesFor, routeOf } from '../service/keys.js';
+import { hasRole, rolesFor, routeOf, type Role } from '../service/keys.js';
 import { CreateKeyBody, KeyAdmin, KeyId } from '../service/key-admin.js';
 import type { CallerIds } from '../store/writer.js';
 import type { Metrics } from './metrics.js';
@@ -60,7 +60,7 @@ export interface AppDeps {
   readonly docsAssets?: DocsAssets;
 }
 
-type Env = { Variables: { tenantId: string; requestId: string; keyId: string; keyExpiresAt: Date | null; deadline: Deadline } };
+type Env = { Variables: { tenantId: string; requestId: string; keyId: string; keyRoles: readonly Role[]; keyExpiresAt: Date | null; deadline: Deadline } };
 
 export const MAX_BODY_BYTES = 64 * 1024;
 /** Where the audit checkpoint keys are published, without auth. */
@@ -455,6 +455,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     c.set('tenantId', principal.tenantId);
     c.set('keyId', principal.keyId);
     c.set('keyExpiresAt', principal.expiresAt);
+    c.set('keyRoles', principal.roles);
     // Roles are checked before the body is read: a call outside them runs nothing but its audit row.
     const route = routeOf(c.req.method, c.req.path);
     const needed = rolesFor(route);
@@ -508,7 +509,17 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     const waitS = c.req.valid('query').wait_s ?? 0;
     // A long-poll is bounded by its wait, not by a decision's deadline.
     const deadline = Deadline.in(waitS * 1000 + (deps.deadlineMs ?? DEFAULT_DEADLINE_MS));
-    return send(c, await bounded(c, authority.approvals.view(c.get('tenantId'), c.req.valid('param').id, waitS, { signal: c.req.raw.signal }), deadline));
+    return send(
+      c,
+      await bounded(
+        c,
+        authority.approvals.view(c.get('tenantId'), c.req.valid('param').id, waitS, {
+          signal: c.req.raw.signal,
+          viewer: { keyId: c.get('keyId'), roles: c.get('keyRoles') },
+        }),
+        deadline,
+      ),
+    );
   });
   app.openapi(routes.resolveApproval, async (c) =>
     send(c, await admitted(() => authority.approvals.resolve(c.get('tenantId'), c.req.valid('param').id, c.req.valid('json'), callerOf(c), c.get('deadline')))),

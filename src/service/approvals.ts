@@ -33,6 +33,16 @@ import type { AuditDraft, CallerIds, DecisionWriter } from '../store/writer.js';
 import { ApiError, unavailableFrom } from './errors.js';
 import type { Reply } from './authority.js';
 import { asStored, type ResponseSealer } from './seal.js';
+import type { Role } from './keys.js';
+
+/** The roles that read every approval of their tenant; a driver reads those of its own calls. */
+const SEES_ALL: ReadonlySet<Role> = new Set(['approver', 'auditor', 'admin']);
+
+/** The key reading an approval over the API. */
+export interface Viewer {
+  readonly keyId: string;
+  readonly roles: readonly Role[];
+}
 
 /** How long a call waits for a person before it is denied `approval_expired` (capped by its capability's expiry). */
 export const APPROVAL_TTL_S = 900;
@@ -244,13 +254,23 @@ export class Approvals {
    * The approval, expired first when its time has passed; with `waitS`, held until it is resolved,
    * expires, or `waitS` seconds pass (a bounded long-poll), reading the database every 200 ms.
    */
-  async view(tenantId: string, id: string, waitS = 0, options: { signal?: AbortSignal } = {}): Promise<Reply> {
+  /**
+   * An approval, long-polled for up to `waitS`. `viewer`: the key reading it over the API. A key that
+   * reads approvals only as a driver sees the approval of a call it asked for itself, no other (404
+   * as for an unknown id): a call's args may be another driver's business. Approvers and auditors
+   * see them all; so does the replay of a repeated call_id (no viewer).
+   */
+  async view(tenantId: string, id: string, waitS = 0, options: { signal?: AbortSignal; viewer?: Viewer } = {}): Promise<Reply> {
     const waits = waitS > 0 && this.polling < MAX_LONG_POLLS;
     const until = waits ? Date.now() + Math.min(waitS, MAX_WAIT_S) * 1000 : 0;
     if (waits) this.polling++;
     try {
       for (;;) {
         let r = await this.guard(() => this.find(tenantId, id));
+        const { viewer } = options;
+        // Calls asked before requested_by was kept (null) are not checked, as for self-approval.
+        if (viewer !== undefined && !viewer.roles.some((role) => SEES_ALL.has(role)) && r.requestedBy !== null && r.requestedBy !== viewer.keyId)
+          throw new ApiError(404, 'not_found', 'no such approval');
         if (r.state === 'pending' && r.expiresAt.getTime() <= this.now().getTime()) {
           await this.settle(r, null, undefined);
           r = await this.guard(() => this.find(tenantId, id));

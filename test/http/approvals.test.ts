@@ -211,6 +211,22 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     expect(entries.some((e) => e.key_id === admin.id && JSON.stringify(e.detail).includes(second.body.key_id as string))).toBe(true);
   });
 
+  test("a driver reads the approval of its own call, not another driver's; approvers and auditors read any", async () => {
+    const cap = await mint();
+    const id = (await shell(cap.token, 'own-read')).body.approval_id as string;
+    const other = (await h.call('POST', '/v1/api-keys', { name: 'driver-2', roles: ['driver'] })).body.api_key as string;
+    const auditor = (await h.call('POST', '/v1/api-keys', { name: 'auditor-2', roles: ['auditor'] })).body.api_key as string;
+    const read = async (key: string): Promise<[number, unknown]> => {
+      const r = await callOn(h.app, key, 'GET', `/v1/approvals/${id}`);
+      return [r.status, r.body.state ?? r.body.error?.code];
+    };
+    expect(await read(driver)).toEqual([200, 'pending']);
+    // As for an id that does not exist: the other driver learns nothing of the call's args.
+    expect(await read(other)).toEqual([404, 'not_found']);
+    expect(await read(auditor)).toEqual([200, 'pending']);
+    expect(await read(approver.key)).toEqual([200, 'pending']);
+  });
+
   test('a rejected call is denied approval_rejected, with the note, and charges nothing', async () => {
     const cap = await mint();
     const id = (await shell(cap.token, 'run-r')).body.approval_id as string;
