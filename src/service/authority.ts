@@ -22,7 +22,7 @@ import {
 import { hashJson, newId } from '../crypto/hash.js';
 import type { KeyRing } from '../crypto/keys.js';
 import { signToken } from '../crypto/tokens.js';
-import { claim, completedAnswer, markInDoubt, release, type Fence, type IdemKey, type StoredResponse } from '../store/idempotency.js';
+import { claim, markInDoubt, recordOf, release, type Fence, type IdemKey, type StoredResponse } from '../store/idempotency.js';
 import { within, type Deadline } from '../store/deadline.js';
 import { StoreUnavailable, type Store } from '../store/store.js';
 import { FenceLost, type CallerIds, type DecisionUnit, type DecisionWriter } from '../store/writer.js';
@@ -114,6 +114,9 @@ const unsealedAnswer = (): ApiError =>
     'the stored answer for this idempotency key does not hold its seal (changed in the database, or sealed under a retired signing key); nothing is granted now. A decision was recorded under this key: find it in the audit log (by call_id) before asking again under a new one',
     { outcome: 'unknown' },
   );
+
+const conflict = (): ApiError => new ApiError(409, 'idempotency_conflict', 'this idempotency key was used with a different request');
+const stillDeciding = (): ApiError => new ApiError(409, 'in_flight', 'a request with this idempotency key is still being decided');
 
 export class Authority {
   /** Verified tokens, shared by the use cases. */
@@ -456,9 +459,9 @@ export class Authority {
         if (c.requestHash !== requestHash || !sealer.holds(key, requestHash, c.response, c.seal)) throw unsealedAnswer();
         return { replay: c.response };
       case 'conflict':
-        throw new ApiError(409, 'idempotency_conflict', 'this idempotency key was used with a different request');
+        throw conflict();
       case 'in_flight':
-        throw new ApiError(409, 'in_flight', 'a request with this idempotency key is still being decided');
+        throw stillDeciding();
       case 'claimed':
         try {
           const fence: Fence = { ...c.fence, seal: (r) => sealer.seal(key, requestHash, r) };
@@ -476,13 +479,23 @@ export class Authority {
 
   /**
    * The answer already recorded under an idempotency key for this very request, read without
-   * claiming the key (null when none is): for a request that is denied before it could claim one.
+   * claiming the key: for a request denied before it could claim one (a call by tool its tool's
+   * checks deny). As a claim would: the record of another request is 409 idempotency_conflict, one
+   * still being decided 409 in_flight; null when the request may be decided afresh.
    */
   async recorded(k: IdemKey, requestHash: string, deadline: Deadline | undefined): Promise<StoredResponse | null> {
-    const found = await this.guard(() => completedAnswer(this.deps.store.db, k, requestHash), deadline);
-    if (found === null) return null;
-    if (!(await this.sealing()).holds(k, requestHash, found.response, found.seal)) throw unsealedAnswer();
-    return found.response;
+    const found = await this.guard(() => recordOf(this.deps.store.db, k, requestHash, this.deps.now()), deadline);
+    switch (found?.kind) {
+      case undefined:
+        return null;
+      case 'conflict':
+        throw conflict();
+      case 'in_flight':
+        throw stillDeciding();
+      case 'completed':
+        if (!(await this.sealing()).holds(k, requestHash, found.response, found.seal)) throw unsealedAnswer();
+        return found.response;
+    }
   }
 
   private async settleFailure(fence: Fence, e: unknown): Promise<void> {

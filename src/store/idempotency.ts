@@ -76,13 +76,17 @@ export async function claim(db: Db, k: IdemKey, requestHash: string, owner: stri
 }
 
 /**
- * The completed answer stored under `k` for the request hashing to `requestHash`, read without
- * claiming anything (null when there is none, it is not completed, or it answers another request).
+ * What a claim of `k` would find, read without claiming anything: null when there is no record, or
+ * one a claim would take over (in doubt, or a stale claim), so the request may be decided afresh.
  */
-export async function completedAnswer(db: Db, k: IdemKey, requestHash: string): Promise<{ response: StoredResponse; seal: string | null } | null> {
+export async function recordOf(db: Db, k: IdemKey, requestHash: string, now: Date): Promise<Exclude<Claim, { kind: 'claimed' }> | null> {
   const [row] = await db.select().from(idempotency).where(where(k));
-  if (row === undefined || row.state !== 'completed' || row.requestHash !== requestHash) return null;
-  return { response: { status: row.status ?? 200, body: row.response }, seal: row.seal };
+  if (row === undefined) return null;
+  if (row.requestHash !== requestHash) return { kind: 'conflict' };
+  if (row.state === 'completed')
+    return { kind: 'completed', response: { status: row.status ?? 200, body: row.response }, requestHash: row.requestHash, seal: row.seal };
+  if (row.state === 'in_flight' && row.claimedAt.getTime() > now.getTime() - CLAIM_LEASE_MS) return { kind: 'in_flight' };
+  return null;
 }
 
 /**

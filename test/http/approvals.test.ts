@@ -389,6 +389,24 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     expect(await spend(cap.capability_id)).toEqual([0.5, 1]);
   });
 
+  test('a repeat of a waiting call_id whose tool now takes another right or target is a conflict, never decided again', async () => {
+    const tool = `deploy-${++seq}`;
+    expect((await h.call('PUT', `/v1/tools/${tool}`, SHELL)).status).toBe(201);
+    const cap = await mint();
+    const body = { token: cap.token, tool, args: { command: 'make deploy', cwd: '/workspace/app', timeout_ms: 30000 }, cost: 0.5, call_id: 'dep-2' };
+    expect((await callOn(h.app, driver, 'POST', '/v1/approve', body)).body.decision).toBe('pending');
+    // Registered anew with a tighter schema and another right: the repeat's op (so its request hash)
+    // no longer matches the record, and its args no longer keep the schema.
+    const changed = variant(SHELL, (t) => {
+      t.input_schema.properties.timeout_ms.maximum = 10000;
+      t.right = 'write';
+    });
+    expect((await h.call('PUT', `/v1/tools/${tool}`, changed)).status).toBe(201);
+    const repeated = await callOn(h.app, driver, 'POST', '/v1/approve', body);
+    expect([repeated.status, repeated.body.error?.code]).toEqual([409, 'idempotency_conflict']);
+    expect(steps(await rows(cap.trajectory_id))).toEqual(['mint:grant:', 'approve:pending:']);
+  });
+
   test("approving a call whose capability's stored chain was rewritten (a revoked parent cut out) grants nothing", async () => {
     const { sql } = await import('drizzle-orm');
     const root = await mint();
