@@ -23,8 +23,9 @@ export interface CheckpointerOptions {
 }
 
 /**
- * How one round went: tenants whose checkpoint failed (retried next round), tenants stopped for good
- * on an integrity error (this process never extends their checkpoints again), and when it ended.
+ * How one round went: tenants whose checkpoint failed (retried next round; alarmed ones aside),
+ * tenants stopped for good on an integrity error (this process never extends their checkpoints
+ * again), and when it ended.
  * Rows decided while either lasts are covered by no signed checkpoint, which only the logs said.
  */
 export interface CheckpointRound {
@@ -70,20 +71,23 @@ export class Checkpointer {
 
   private async eachTenant(): Promise<number> {
     const failed = await this.tenants();
-    this.o.onRound?.({ failed, alarmed: this.alarmed.size, at: this.o.now() });
-    return failed;
+    // Alarmed tenants have a gauge of their own: counted here too, one of them would hide for good
+    // whether every other tenant is still being checkpointed.
+    this.o.onRound?.({ failed: failed.filter((t) => !this.alarmed.has(t)).length, alarmed: this.alarmed.size, at: this.o.now() });
+    return failed.length;
   }
 
-  private async tenants(): Promise<number> {
+  /** The tenants whose checkpoint failed this round (alarmed ones included); [''] when the tenants could not be read. */
+  private async tenants(): Promise<string[]> {
     let tenants: readonly string[];
     try {
       tenants = await this.o.tenants();
     } catch (e) {
       this.o.log({ level: 'warn', msg: 'checkpoint round skipped: the database is unavailable', error: errorText(e) });
-      return 1;
+      return [''];
     }
-    let failed = 0;
-    for (const tenantId of tenants) if (this.alarmed.has(tenantId) || !(await this.tenant(tenantId))) failed++;
+    const failed: string[] = [];
+    for (const tenantId of tenants) if (this.alarmed.has(tenantId) || !(await this.tenant(tenantId))) failed.push(tenantId);
     return failed;
   }
 

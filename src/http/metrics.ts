@@ -65,7 +65,7 @@ export class Metrics {
   private readonly batches = new Histogram(BATCH_BUCKETS);
   private readonly deferred = { retried: 0, waited: 0 };
   private readonly rounds = { ok: 0, failed: 0 };
-  /** Seconds since the epoch at the end of the last checkpoint round in which no tenant failed; unset before one. */
+  /** Seconds since the epoch at the end of the last checkpoint round in which no tenant failed (alarmed ones aside); unset before one. */
   private lastOkRound: number | undefined;
   private alarmedTenants = 0;
 
@@ -170,7 +170,7 @@ export class Metrics {
       ...(this.lastOkRound === undefined
         ? []
         : [
-            '# HELP warrant_audit_checkpoint_last_ok_timestamp_seconds When the last checkpoint round in which no tenant failed ended (seconds since the epoch).',
+            '# HELP warrant_audit_checkpoint_last_ok_timestamp_seconds When the last checkpoint round in which no tenant failed (alarmed ones aside) ended (seconds since the epoch).',
             '# TYPE warrant_audit_checkpoint_last_ok_timestamp_seconds gauge',
             `warrant_audit_checkpoint_last_ok_timestamp_seconds ${this.lastOkRound}`,
           ]),

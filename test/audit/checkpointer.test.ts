@@ -182,15 +182,34 @@ describe.each(BACKENDS)('the checkpointer on %s', (backend) => {
     expect((sink.lines.get(h.tenantIds.a) ?? []).at(-1)).toEqual(last);
     const [max] = await exec(sql`SELECT max(n)::int AS n FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a}`);
     expect(max?.n).toBe(last.n - 1);
-    // Rows go on being decided while nothing signs them: the last good round's time stays where it
-    // was, and the tenant is counted alarmed, in every round after too.
+    // Rows go on being decided while nothing signs them: the tenant is counted alarmed, in every round
+    // after too. The rounds themselves count as ok (no other tenant failed): one alarmed tenant must
+    // not hide whether the others are still checkpointed.
     h.clock.advance(60);
     await rounds.round();
     expect(await checkpointMetrics()).toEqual([
-      'warrant_audit_checkpoint_rounds_total{outcome="ok"} 1',
-      'warrant_audit_checkpoint_rounds_total{outcome="failed"} 2',
-      `warrant_audit_checkpoint_last_ok_timestamp_seconds ${okAt}`,
+      'warrant_audit_checkpoint_rounds_total{outcome="ok"} 3',
+      'warrant_audit_checkpoint_rounds_total{outcome="failed"} 0',
+      `warrant_audit_checkpoint_last_ok_timestamp_seconds ${okAt + 120}`,
       'warrant_audit_checkpoint_tenants_alarmed 1',
+    ]);
+    // A tenant that fails without an integrity error (here: the tenants cannot be listed) fails the round.
+    const failing = new Checkpointer({
+      db: h.database.db,
+      keys: h.auditKeys,
+      now: h.clock.now,
+      sink,
+      tenants: async () => Promise.reject(new Error('database down')),
+      log: () => {},
+      onRound: (r) => metrics.checkpointRound(r.failed, r.alarmed, r.at),
+    });
+    h.clock.advance(60);
+    await failing.round();
+    expect(await checkpointMetrics()).toEqual([
+      'warrant_audit_checkpoint_rounds_total{outcome="ok"} 3',
+      'warrant_audit_checkpoint_rounds_total{outcome="failed"} 1',
+      `warrant_audit_checkpoint_last_ok_timestamp_seconds ${okAt + 120}`,
+      'warrant_audit_checkpoint_tenants_alarmed 0',
     ]);
   });
 });
