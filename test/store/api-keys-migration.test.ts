@@ -32,7 +32,7 @@ test('an existing tenant key becomes an admin key that still authenticates', asy
   const { rows } = await pg.query<{ id: string; tenant_id: string; name: string; roles: string[]; revoked_at: unknown }>('SELECT * FROM api_keys');
   expect(rows).toEqual([expect.objectContaining({ id: 'oldkeyid_123', tenant_id: 'ten_old', name: 'initial', roles: ['admin'], revoked_at: null })]);
   const auth = new Authenticator(new Store(drizzle(pg)), () => Date.now());
-  expect(await auth.authenticate(key)).toEqual({ tenantId: 'ten_old', keyId: 'oldkeyid_123', roles: ['admin'] });
+  expect(await auth.authenticate(key)).toEqual({ tenantId: 'ten_old', keyId: 'oldkeyid_123', roles: ['admin'], expiresAt: null });
   const { rows: columns } = await pg.query<{ column_name: string }>(`SELECT column_name FROM information_schema.columns WHERE table_name = 'tenants'`);
   expect(columns.map((c) => c.column_name).sort()).toEqual(['created_at', 'id', 'name']);
 });
