@@ -53,10 +53,8 @@ export async function claim(db: Db, k: IdemKey, requestHash: string, owner: stri
     if (inserted.length === 1) return { kind: 'claimed', fence: { ...k, owner, requestHash } };
     const [row] = await db.select().from(idempotency).where(where(k));
     if (row === undefined) continue; // released between our insert and select: try again
-    if (row.requestHash !== requestHash) return { kind: 'conflict' };
-    if (row.state === 'completed')
-      return { kind: 'completed', response: { status: row.status ?? 200, body: row.response }, requestHash: row.requestHash, seal: row.seal };
-    if (row.state === 'in_flight' && row.claimedAt.getTime() > now.getTime() - CLAIM_LEASE_MS) return { kind: 'in_flight' };
+    const found = standing(row, requestHash, now);
+    if (found !== null) return found;
     // In doubt, or a stale claim: take it over. If the old owner's batch holds the fence, this
     // waits for it to end and then matches nothing when that batch completed the key.
     const taken = await db
@@ -81,7 +79,11 @@ export async function claim(db: Db, k: IdemKey, requestHash: string, owner: stri
  */
 export async function recordOf(db: Db, k: IdemKey, requestHash: string, now: Date): Promise<Exclude<Claim, { kind: 'claimed' }> | null> {
   const [row] = await db.select().from(idempotency).where(where(k));
-  if (row === undefined) return null;
+  return row === undefined ? null : standing(row, requestHash, now);
+}
+
+/** How an existing record answers a request hashing to `requestHash`; null when a claim may take it over. */
+function standing(row: typeof idempotency.$inferSelect, requestHash: string, now: Date): Exclude<Claim, { kind: 'claimed' }> | null {
   if (row.requestHash !== requestHash) return { kind: 'conflict' };
   if (row.state === 'completed')
     return { kind: 'completed', response: { status: row.status ?? 200, body: row.response }, requestHash: row.requestHash, seal: row.seal };
