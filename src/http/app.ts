@@ -369,7 +369,7 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
       throw unavailable();
     }
   };
-  const keyAdmin = new KeyAdmin(deps.store, deps.writer, auth, deps.now);
+  const keyAdmin = new KeyAdmin(deps.store, authority, auth, deps.now);
   const app = new OpenAPIHono<Env>({
     defaultHook: (result, c) => {
       if (!result.success) {

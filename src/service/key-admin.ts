@@ -11,11 +11,11 @@
  */
 import { z } from 'zod';
 import { newId } from '../crypto/hash.js';
-import { KEY_REVOKED_CHANNEL, type ApiKeyRecord, type Store } from '../store/store.js';
-import { tenantDraft, type AuditDraft, type DecisionWriter } from '../store/writer.js';
-import { ApiError, invalidRequest, unavailable, unavailableFrom } from './errors.js';
+import type { ApiKeyRecord, Store } from '../store/store.js';
+import { tenantDraft, type AuditDraft, type DecisionUnit } from '../store/writer.js';
+import { ApiError, invalidRequest, unavailable } from './errors.js';
 import { keyView, newApiKey, ROLES, type CreatedKey } from './keys.js';
-import type { Reply, RequestContext } from './authority.js';
+import type { Authority, Reply, RequestContext } from './authority.js';
 import type { Authenticator } from './tenants.js';
 
 /** The longest lifetime of a key: ten years. */
@@ -38,40 +38,6 @@ export const CreateKeyBody = z.strictObject({
 });
 export type CreateKeyBody = z.infer<typeof CreateKeyBody>;
 
-const INSERT_KEY = `INSERT INTO api_keys (id, tenant_id, name, roles, key_hash, created_at, expires_at)
-  VALUES ($1, $2, $3, ARRAY(SELECT jsonb_array_elements_text($4::jsonb)), $5, $6::timestamptz, $7::timestamptz)`;
-
-/** Revokes a key not yet revoked, and tells every instance's cache when (and only if) that commits. */
-const REVOKE_KEY = `WITH revoked AS (
-  UPDATE api_keys SET revoked_at = $3::timestamptz WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL RETURNING id
-)
-SELECT id, pg_notify($4, id) FROM revoked`;
-
-/** The key as it now stands, as JSON (both drivers hand back the same text for it). */
-const KEY_NOW = `SELECT to_json(k) AS key FROM api_keys k WHERE tenant_id = $1 AND id = $2`;
-
-interface KeyJson {
-  readonly id: string;
-  readonly tenant_id: string;
-  readonly name: string;
-  readonly roles: string[];
-  readonly key_hash: string;
-  readonly created_at: string;
-  readonly expires_at: string | null;
-  readonly revoked_at: string | null;
-}
-
-const asRecord = (k: KeyJson): ApiKeyRecord => ({
-  id: k.id,
-  tenantId: k.tenant_id,
-  name: k.name,
-  roles: k.roles,
-  keyHash: k.key_hash,
-  createdAt: new Date(k.created_at),
-  expiresAt: k.expires_at === null ? null : new Date(k.expires_at),
-  revokedAt: k.revoked_at === null ? null : new Date(k.revoked_at),
-});
-
 /** The audit row of a key created or revoked: who it is, what it may do and until when. */
 const keyRow = (action: 'api_key_created' | 'api_key_revoked', k: ApiKeyRecord): AuditDraft =>
   tenantDraft(newId('aud'), 'access', 'grant', null, {
@@ -85,7 +51,8 @@ const keyRow = (action: 'api_key_created' | 'api_key_revoked', k: ApiKeyRecord):
 export class KeyAdmin {
   constructor(
     private readonly store: Store,
-    private readonly writer: DecisionWriter,
+    /** Decisions go through the authority's writer and failure guard, as every other decision does. */
+    private readonly kit: Pick<Authority, 'guard' | 'submitAs'>,
     private readonly auth: Authenticator,
     private readonly now: () => Date,
   ) {}
@@ -95,7 +62,6 @@ export class KeyAdmin {
    * leaked key with a short life must not be turned into one that never expires (400 on ttl_s).
    */
   async create(tenantId: string, body: CreateKeyBody, creatorExpiresAt: Date | null, ctx: RequestContext = {}): Promise<Reply> {
-    const { caller } = ctx;
     if (creatorExpiresAt !== null) {
       const left = Math.floor((creatorExpiresAt.getTime() - this.now().getTime()) / 1000);
       if (body.ttl_s === undefined || body.ttl_s > left)
@@ -107,15 +73,13 @@ export class KeyAdmin {
       {
         tenantId,
         fence: null,
-        ...(caller === undefined ? {} : { caller }),
         run: async (tx, now) => {
           const asked = body.ttl_s === undefined ? null : new Date(now.getTime() + body.ttl_s * 1000);
           // Checked above against the clock before; the decision's own time may be a moment later.
           const expiresAt = creatorExpiresAt !== null && asked !== null && asked > creatorExpiresAt ? creatorExpiresAt : asked;
           const created = newApiKey(tenantId, { name: body.name, roles: body.roles, expiresAt }, now);
-          const k = created.record;
-          await tx.query(INSERT_KEY, [k.id, tenantId, k.name, JSON.stringify(k.roles), k.keyHash, now.toISOString(), expiresAt?.toISOString() ?? null]);
-          return { result: created, audit: keyRow('api_key_created', k) };
+          await tx.insertApiKey(created.record);
+          return { result: created, audit: keyRow('api_key_created', created.record) };
         },
       },
       ctx,
@@ -129,18 +93,14 @@ export class KeyAdmin {
   }
 
   async revoke(tenantId: string, keyId: string, ctx: RequestContext = {}): Promise<Reply> {
-    const { caller } = ctx;
     const found = await this.decide<{ key: ApiKeyRecord; now: Date } | null>(
       {
         tenantId,
         fence: null,
-        ...(caller === undefined ? {} : { caller }),
         run: async (tx, now) => {
-          const revoked = await tx.query(REVOKE_KEY, [tenantId, keyId, now.toISOString(), KEY_REVOKED_CHANNEL]);
-          const [row] = await tx.query(KEY_NOW, [tenantId, keyId]);
-          const key = row === undefined ? null : asRecord(row.key as KeyJson);
+          const r = await tx.revokeApiKey(tenantId, keyId, now);
           // Revoked now: on the record. Unknown, or revoked before: nothing decided, no row.
-          return { result: key === null ? null : { key, now }, audit: revoked.length > 0 && key !== null ? keyRow('api_key_revoked', key) : null };
+          return { result: r === null ? null : { key: r.key, now }, audit: r?.revokedNow === true ? keyRow('api_key_revoked', r.key) : null };
         },
       },
       ctx,
@@ -150,14 +110,9 @@ export class KeyAdmin {
     return { status: 200, body: keyView(found.key, found.now) };
   }
 
-  /** The unit through the decision writer: answered once its audit row (if any) has committed. */
-  private async decide<R>(unit: Parameters<DecisionWriter['submit']>[0], ctx: RequestContext): Promise<R> {
-    try {
-      return (await this.writer.submit(unit, ctx.deadline)) as R;
-    } catch (e) {
-      if (e instanceof ApiError) throw e;
-      throw unavailableFrom(e);
-    }
+  /** The unit through the decision writer, under the caller's ids: answered once its audit row (if any) has committed. */
+  private decide<R>(unit: DecisionUnit<R>, { caller, deadline }: RequestContext): Promise<R> {
+    return this.kit.guard(() => this.kit.submitAs(caller, unit, deadline));
   }
 }
 

@@ -94,6 +94,9 @@ export interface DecisionTx {
   revokeSubtree(tenantId: string, capabilityId: string, at: Date, reason: string | null): Promise<string[]>;
   /** A statement in the decision's transaction (approvals, issue 17), its parameters as text. */
   query(text: string, params: readonly (string | null)[]): Promise<Record<string, unknown>[]>;
+  insertApiKey(k: ApiKeyRecord): Promise<void>;
+  /** See `revokeKeyIn`. */
+  revokeApiKey(tenantId: string, keyId: string, at: Date): Promise<RevokedKey | null>;
 }
 
 /** A chain link as held during a batch: its stored state plus this batch's charges. */
@@ -311,6 +314,8 @@ export function decisionTx(c: BatchConn): BatchTx {
     query(text, params) {
       return c.query(text, params);
     },
+    insertApiKey: (k) => insertKeyIn(c.db, k),
+    revokeApiKey: (tenantId, keyId, at) => revokeKeyIn(c.db, tenantId, keyId, at),
     async revokeSubtree(tenantId, capabilityId, at, reason) {
       const rows = await c.db
         .update(capabilities)
@@ -330,6 +335,36 @@ export function decisionTx(c: BatchConn): BatchTx {
       return rows.sort((a, b) => a.depth - b.depth || (a.id < b.id ? -1 : 1)).map((r) => r.id);
     },
   };
+}
+
+async function insertKeyIn(db: Db, k: ApiKeyRecord): Promise<void> {
+  await db.insert(apiKeys).values({ ...k, roles: [...k.roles] });
+}
+
+/** A key as it stands after a revocation, and whether this revocation is the one that revoked it. */
+export interface RevokedKey {
+  readonly key: ApiKeyRecord;
+  readonly revokedNow: boolean;
+}
+
+/**
+ * Revokes a key of the tenant (the first revocation time stays; null when the tenant has no such key)
+ * and tells every instance listening on KEY_REVOKED_CHANNEL (the notice is sent when the revocation
+ * commits, and only then), so their caches drop it at once rather than within their TTL.
+ */
+async function revokeKeyIn(db: Db, tenantId: string, keyId: string, at: Date): Promise<RevokedKey | null> {
+  const revoked = await db
+    .update(apiKeys)
+    .set({ revokedAt: at })
+    .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId), isNull(apiKeys.revokedAt)))
+    .returning({ id: apiKeys.id });
+  const [row] = await db
+    .select()
+    .from(apiKeys)
+    .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId)));
+  if (row === undefined) return null;
+  await db.execute(sql`SELECT pg_notify(${KEY_REVOKED_CHANNEL}, ${keyId})`);
+  return { key: row, revokedNow: revoked.length > 0 };
 }
 
 /** Reads and the non-decision writes. */
@@ -376,7 +411,7 @@ export class Store {
   }
 
   async insertApiKey(k: ApiKeyRecord): Promise<void> {
-    await this.db.insert(apiKeys).values({ ...k, roles: [...k.roles] });
+    await insertKeyIn(this.db, k);
   }
 
   /** The tenant's keys, oldest first. */
@@ -384,24 +419,9 @@ export class Store {
     return this.db.select().from(apiKeys).where(eq(apiKeys.tenantId, tenantId)).orderBy(asc(apiKeys.createdAt), asc(apiKeys.id));
   }
 
-  /** Revokes a key of the tenant (the first revocation time stays); null when the tenant has no such key. */
-  /**
-   * Revokes a key and tells every instance listening on KEY_REVOKED_CHANNEL (the notice is sent when
-   * the revocation commits, and only then), so their caches drop it at once rather than within their TTL.
-   */
+  /** `revokeKeyIn` in a transaction of its own (the CLI's way; the API's goes through the decision writer). */
   async revokeApiKey(tenantId: string, keyId: string, at: Date): Promise<ApiKeyRecord | null> {
-    return this.db.transaction(async (tx) => {
-      await tx
-        .update(apiKeys)
-        .set({ revokedAt: at })
-        .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId), isNull(apiKeys.revokedAt)));
-      const [row] = await tx
-        .select()
-        .from(apiKeys)
-        .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId)));
-      if (row !== undefined) await tx.execute(sql`SELECT pg_notify(${KEY_REVOKED_CHANNEL}, ${keyId})`);
-      return row ?? null;
-    });
+    return this.db.transaction(async (tx) => (await revokeKeyIn(tx as unknown as Db, tenantId, keyId, at))?.key ?? null);
   }
 
   async tenantByName(name: string): Promise<TenantRecord | null> {
