@@ -247,25 +247,30 @@ function firstCovering(checkpoints: readonly CheckpointPayload[], i: number): nu
  * committing in between would look like tampering). With `exported` (the checkpoints kept outside
  * the database), the rows are held to those, and the database's own copy must be the same
  * checkpoints: one that differs, or a copy that stops short of the export (a rollback), is reported.
+ * The database's checkpoints past the export (a copy of the file taken earlier, or a sink behind) are
+ * held to it in turn: each must be signed by the audit key and extend the one before, from the last
+ * exported on, and the rows they cover are held to them. Else a rewrite of rows covered since the
+ * copy was taken would pass as rows "not yet covered".
  */
 export async function verifyStoredAudit(db: Db, keys: AuditKeys, tenantId: string, exported: readonly CheckpointLine[] | null): Promise<AuditReport> {
   return db.transaction(
     async (tx) => {
       const store = new Store(tx);
       const inDb = await checkpointLines(tx, tenantId);
+      const differs = exported === null ? -1 : inDb.findIndex((l, i) => exported[i] !== undefined && exported[i].jws !== l.jws);
+      const beyond = exported === null || differs >= 0 ? [] : inDb.slice(exported.length);
       const report = await verifyAudit(
         keys,
         tenantId,
         {
           heads: await store.auditHeads(tenantId),
           ranges: await auditRanges(tx, tenantId),
-          checkpoints: exported ?? inDb,
+          checkpoints: exported === null ? inDb : [...exported, ...beyond],
           rows: store.auditChain(tenantId),
         },
         GENESIS_HASH,
       );
       if (!report.ok || exported === null) return report;
-      const differs = inDb.findIndex((l, i) => exported[i] !== undefined && exported[i].jws !== l.jws);
       if (differs >= 0)
         return {
           ok: false,

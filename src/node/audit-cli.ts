@@ -117,7 +117,14 @@ async function verify(config: Config, store: Store, args: string[]): Promise<num
     const file = exported(options.get('--checkpoints'), config.checkpointDir, t, name !== undefined);
     const report = await verifyStoredAudit(store.db, keys, t.id, file);
     allOk &&= report.ok;
-    console.log(reportLine(t.name, report, file === null ? '\t(no exported checkpoints: checked against the database copy only)' : ''));
+    const n = report.ok ? (report.checkpoint?.n ?? 0) : 0;
+    const note =
+      file === null
+        ? '\t(no exported checkpoints: checked against the database copy only)'
+        : n > file.length
+          ? `\t(checkpoints ${file.length + 1}..${n} from the database, signed and extending the export, not yet in it)`
+          : '';
+    console.log(reportLine(t.name, report, note));
   }
   // Checkpoints exported for a tenant the database no longer has: the tenant was deleted or renamed.
   const given = options.get('--checkpoints');

@@ -8,7 +8,9 @@ import { sql, type SQL } from 'drizzle-orm';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
 import { generateSigningJwk, loadKeyRing } from '../../src/crypto/keys.js';
 import { checkpointId, importAuditKeys, signCheckpoint, type CheckpointPayload } from '../../src/audit/checkpoint.js';
+import { checkpointLines } from '../../src/audit/checkpointer.js';
 import { verifyReceipt, type Receipt } from '../../src/audit/receipt.js';
+import { verifyStoredAudit } from '../../src/audit/verify.js';
 import { hashedFields, rowHash } from '../../src/store/audit.js';
 import { GENESIS_HASH, type AuditRecord } from '../../src/store/store.js';
 import { BACKENDS } from '../support/db.js';
@@ -295,6 +297,26 @@ describe.each(BACKENDS)('audit checkpoints on %s', (backend) => {
       sql`INSERT INTO audit_checkpoints SELECT * FROM jsonb_populate_recordset(NULL::audit_checkpoints, ${saved.audit_checkpoints}::jsonb) WHERE n = 1 AND tenant_id = ${h.tenantIds.a}`,
     );
     expect(await verify()).toMatchObject({ ok: false, first_bad_checkpoint: 2, reason: expect.stringMatching(/does not extend/) });
+  });
+
+  // The offline verify (npm run audit -- verify --checkpoints FILE) given a copy of the export taken
+  // before checkpoint 2 was made: the rows checkpoint 2 covers are held to it from the database, where
+  // before they passed as rows no checkpoint covers yet.
+  test('an export that lags the database: the later signed checkpoints hold the rows they cover, and a forged one is reported', async () => {
+    const exported = (await checkpointLines(h.database.db, h.tenantIds.a)).slice(0, 1);
+    const keys = h.auditKeys.verifyKeys;
+    expect(await verifyStoredAudit(h.database.db, keys, h.tenantIds.a, exported)).toMatchObject({ ok: true, checkpoint: { n: 2, size: 15 }, uncovered: 1 });
+    const tree = trees[0]!.capability_id;
+    const later = (await treeRows(tree)).find((r) => r.target !== null && JSON.stringify(r.target).includes('/w/t1/later')) as AuditRecord;
+    await exec(sql`UPDATE audit SET decision = 'deny', reason_code = 'object_outside' WHERE id = ${later.id}`);
+    await rechain(tree);
+    expect(await verifyStoredAudit(h.database.db, keys, h.tenantIds.a, exported)).toMatchObject({ ok: false, firstBadCheckpoint: 2 });
+    await restore();
+    const stranger = await loadKeyRing({ keys: [await generateSigningJwk()] });
+    const [c2] = await exec(sql`SELECT jws FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a} AND n = 2`);
+    const payload = JSON.parse(Buffer.from(String(c2?.jws).split('.')[1] as string, 'base64url').toString()) as CheckpointPayload;
+    await exec(sql`UPDATE audit_checkpoints SET jws = ${await signCheckpoint(stranger, payload)} WHERE tenant_id = ${h.tenantIds.a} AND n = 2`);
+    expect(await verifyStoredAudit(h.database.db, keys, h.tenantIds.a, exported)).toMatchObject({ ok: false, firstBadCheckpoint: 2 });
   });
 
   // Whoever writes the database can change the state the next decision reads; the decisions taken
