@@ -149,6 +149,14 @@ export class Approver {
       return this.reply(await this.kit.guard(() => this.kit.submitAs(caller, this.unit(tenantId, null, null, req, callId, d, null), deadline)));
     }
     const cap = verified.capability;
+    // A call that waits for a person is asked again by a retry: without a call_id, a second approval
+    // is asked for (and, approved, charged and run) each time, whatever the tool's class.
+    if (denied === null && req.tool !== undefined && !req.dryRun && callId === null && needsApproval(cap, req.tool.sideEffect)) {
+      denied = deny(
+        'call_id_required',
+        `${req.tool.name} needs a person's approval under this capability: a call_id must make it idempotent, so a retry cannot ask again`,
+      );
+    }
     // Hashed only when a call_id asks for idempotency: it is on every approval's path otherwise.
     const requestHash =
       idemKey === undefined
@@ -253,7 +261,8 @@ export class Approver {
           auditId,
           capabilityId: cap?.id ?? null,
           dryRun: req.dryRun,
-          approvalNeeded: req.dryRun && req.tool !== undefined && cap !== null && needsApproval(cap, req.tool.sideEffect),
+          // Only a dry run that would grant would wait: a denial asks nobody.
+          approvalNeeded: req.dryRun && decision.decision === 'grant' && req.tool !== undefined && cap !== null && needsApproval(cap, req.tool.sideEffect),
         };
         return {
           result,

@@ -349,6 +349,29 @@ describe.each(BACKENDS)('tools on %s', (backend) => {
       expect([byOp.body.decision, byOp.body.reason.code]).toEqual(['deny', 'tool_not_allowed']);
       expect((await h.call('GET', `/v1/capabilities/${cap.capability_id}`)).body.calls).toBe(1);
     });
+
+    // A read-only call the capability sends to a person: a retry without a call_id would ask again, and
+    // each approval granted would charge and run the call once more.
+    test('a call that waits for a person needs a call_id whatever its class; its dry run does not, and a dry-run denial asks nobody', async () => {
+      const cap = await mint({ approval_required: ['read_only'] });
+      const bare = await byTool(cap.token, 'view', { path: '/workspace/a' });
+      expect([bare.body.decision, bare.body.reason.code]).toEqual(['deny', 'call_id_required']);
+      const pending = async (): Promise<Body[]> =>
+        (await h.call('GET', '/v1/approvals?state=pending&limit=500')).body.approvals.filter((a: Body) => a.capability_id === cap.capability_id);
+      expect(await pending()).toEqual([]);
+      const asked = await byTool(cap.token, 'view', { path: '/workspace/a' }, { call_id: 'ro-1' });
+      expect(asked.body.decision).toBe('pending');
+      expect((await pending()).map((a) => a.approval_id)).toEqual([asked.body.approval_id]);
+      const again = await byTool(cap.token, 'view', { path: '/workspace/a' }, { call_id: 'ro-1' });
+      expect([again.body.decision, again.body.approval_id, again.body.replayed]).toEqual(['pending', asked.body.approval_id, true]);
+      const preview = await byTool(cap.token, 'view', { path: '/workspace/a' }, { dry_run: true });
+      expect(preview.body).toMatchObject({ decision: 'grant', dry_run: true, approval_required: true });
+      const outside = await byTool(cap.token, 'view', { path: '/etc/passwd' }, { dry_run: true });
+      expect(outside.body).toMatchObject({ decision: 'deny', reason: { code: 'object_outside' }, dry_run: true });
+      expect(outside.body).not.toHaveProperty('approval_required');
+      // Without approval_required the same tool takes calls without one, as before.
+      expect((await byTool((await mint()).token, 'view', { path: '/workspace/a' })).body.decision).toBe('grant');
+    });
   });
 
   describe('attenuation of tool bounds', () => {
