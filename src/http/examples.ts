@@ -25,6 +25,7 @@ const key = {
   created_at: '2026-12-03T07:17:27.000Z',
   expires_at: null,
   revoked_at: null,
+  created_by: 'QWRtaW5fa2V5',
   state: 'active',
 };
 
@@ -174,7 +175,7 @@ export const EXAMPLES = {
   },
   createdKey: { ...key, api_key: 'wk.Qm9vX2tleV9p.secret-shown-only-once-AAAAAAAAAAAAAAAAAAAAAAA' },
   keyList: { keys: [key] },
-  revokedKey: { ...key, revoked_at: '2026-12-03T09:00:00.000Z', state: 'revoked' },
+  revokedKey: { ...key, revoked_at: '2026-12-03T09:00:00.000Z', state: 'revoked', revoked_with_it: ['ZHJpdmVyX2tl'] },
   jwks: { keys: [{ kty: 'OKP', crv: 'Ed25519', x: '11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo', kid: 'AbCdEfGhIjKlMnOp', alg: 'EdDSA', use: 'sig' }] },
   health: { ok: true },
   openapi: { openapi: '3.1.0', info: { title: 'Warrant', version: '1.0.0' }, paths: {} },

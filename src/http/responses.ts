@@ -252,6 +252,11 @@ const keyFields = {
   created_at: DateTime,
   expires_at: DateTime.nullable(),
   revoked_at: DateTime.nullable(),
+  created_by: z
+    .string()
+    .length(12)
+    .nullable()
+    .openapi({ description: 'The key that made it over the API (revoking that key revokes this one); null: made by the operator.' }),
   state: z.enum(['active', 'expired', 'revoked']),
 };
 export const ApiKey = z.object(keyFields).openapi('ApiKey');
@@ -259,6 +264,14 @@ export const CreatedApiKey = z
   .object({ ...keyFields, api_key: z.string().openapi({ description: 'The key itself, shown only in this answer.' }) })
   .openapi('CreatedApiKey');
 export const ApiKeyList = z.object({ keys: z.array(ApiKey) }).openapi('ApiKeyList');
+export const RevokedApiKey = z
+  .object({
+    ...keyFields,
+    revoked_with_it: z
+      .array(z.string().length(12))
+      .openapi({ description: 'The keys made from it over the API (and from those, and so on) that this revocation revoked too.' }),
+  })
+  .openapi('RevokedApiKey');
 
 const PublicJwk = z.object({
   kty: z.literal('OKP'),
@@ -378,7 +391,7 @@ export const RESPONSES = {
   receipt: { 200: ok(Receipt, 'the receipt', EXAMPLES.receipt), ...errors({ ...PARAM, 404: ['not_found'], 409: ['not_yet_covered'] }) },
   createKey: { 201: ok(CreatedApiKey, 'the key, with its secret this once', EXAMPLES.createdKey), ...errors(POST) },
   listKeys: { 200: ok(ApiKeyList, 'the keys', EXAMPLES.keyList), ...errors(V1) },
-  revokeKey: { 200: ok(ApiKey, 'the revoked key', EXAMPLES.revokedKey), ...errors({ ...PARAM, 404: ['not_found'] }) },
+  revokeKey: { 200: ok(RevokedApiKey, 'the revoked key, and the keys revoked with it', EXAMPLES.revokedKey), ...errors({ ...PARAM, 404: ['not_found'] }) },
   putTool: {
     200: ok(Tool, 'unchanged: the current version', EXAMPLES.tool),
     201: ok(Tool, 'a new version', EXAMPLES.tool),

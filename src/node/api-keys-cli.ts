@@ -63,12 +63,14 @@ async function run(store: Store, p: Parsed): Promise<number> {
     return 0;
   }
   if (p.command === 'revoke') {
-    const key = await store.revokeApiKey(tenant.id, p.arg as string, now);
-    if (key === null) {
+    const revoked = await store.revokeApiKey(tenant.id, p.arg as string, now);
+    if (revoked === null) {
       console.error(`tenant ${p.tenant} has no key ${p.arg}`);
       return 1;
     }
-    console.log(`revoked ${key.id} (${key.name}); Node servers on this database refuse it at once, others (Workers) within 30 s`);
+    const { key, made } = revoked;
+    const also = made.length === 0 ? '' : ` and the ${made.length} key(s) made from it: ${made.map((k) => `${k.id} (${k.name})`).join(', ')}`;
+    console.log(`revoked ${key.id} (${key.name})${also}; Node servers on this database refuse them at once, others (Workers) within 30 s`);
     return 0;
   }
   const expiresAt = p.ttlS === undefined ? null : new Date(now.getTime() + p.ttlS * 1000);

@@ -38,14 +38,18 @@ export const CreateKeyBody = z.strictObject({
 });
 export type CreateKeyBody = z.infer<typeof CreateKeyBody>;
 
-/** The audit row of a key created or revoked: who it is, what it may do and until when. */
-const keyRow = (action: 'api_key_created' | 'api_key_revoked', k: ApiKeyRecord): AuditDraft =>
+/**
+ * The audit row of a key created or revoked: who it is, what it may do and until when. A key revoked
+ * because a key it was made from was revoked names that key (`revoked_with`).
+ */
+const keyRow = (action: 'api_key_created' | 'api_key_revoked', k: ApiKeyRecord, revokedWith?: string): AuditDraft =>
   tenantDraft(newId('aud'), 'access', 'grant', null, {
     action,
     api_key_id: k.id,
     name: k.name,
     roles: [...k.roles],
     expires_at: k.expiresAt?.toISOString() ?? null,
+    ...(revokedWith === undefined ? {} : { revoked_with: revokedWith }),
   });
 
 export class KeyAdmin {
@@ -69,21 +73,33 @@ export class KeyAdmin {
           { path: 'ttl_s', message: `must be given and at most ${left}: a key may not outlive the key that makes it (${creatorExpiresAt.toISOString()})` },
         ]);
     }
-    const { record, apiKey } = await this.decide<CreatedKey>(
+    const maker = ctx.caller?.keyId ?? null;
+    const made = await this.decide<CreatedKey | null>(
       {
         tenantId,
         fence: null,
+        // It reads its maker's row under a share lock (`insertKeyIn`), which a revocation elsewhere may hold.
+        writesSubtree: true,
         run: async (tx, now) => {
           const asked = body.ttl_s === undefined ? null : new Date(now.getTime() + body.ttl_s * 1000);
           // Checked above against the clock before; the decision's own time may be a moment later.
           const expiresAt = creatorExpiresAt !== null && asked !== null && asked > creatorExpiresAt ? creatorExpiresAt : asked;
-          const created = newApiKey(tenantId, { name: body.name, roles: body.roles, expiresAt }, now);
-          await tx.insertApiKey(created.record);
-          return { result: created, audit: keyRow('api_key_created', created.record) };
+          const created = newApiKey(tenantId, { name: body.name, roles: body.roles, expiresAt, createdBy: maker }, now);
+          if (await tx.insertApiKey(created.record, now)) return { result: created, audit: keyRow('api_key_created', created.record) };
+          // The maker was revoked (or expired) since this request was let in: refused, on the record.
+          return {
+            result: null,
+            audit: tenantDraft(newId('aud'), 'access', 'deny', 'unauthorized', { action: 'api_key_created', name: body.name, roles: [...body.roles] }),
+          };
         },
       },
       ctx,
     );
+    if (made === null) {
+      if (maker !== null) this.auth.forget(maker);
+      throw new ApiError(401, 'unauthorized', 'the API key making this one was revoked or expired');
+    }
+    const { record, apiKey } = made;
     return { status: 201, body: { ...keyView(record, record.createdAt), api_key: apiKey } };
   }
 
@@ -93,21 +109,25 @@ export class KeyAdmin {
   }
 
   async revoke(tenantId: string, keyId: string, ctx: RequestContext = {}): Promise<Reply> {
-    const found = await this.decide<{ key: ApiKeyRecord; now: Date } | null>(
+    const found = await this.decide<{ key: ApiKeyRecord; made: readonly ApiKeyRecord[]; now: Date } | null>(
       {
         tenantId,
         fence: null,
+        // It revokes the keys made from this one too, rows it must wait for when another holds them.
+        writesSubtree: true,
         run: async (tx, now) => {
           const r = await tx.revokeApiKey(tenantId, keyId, now);
-          // Revoked now: on the record. Unknown, or revoked before: nothing decided, no row.
-          return { result: r === null ? null : { key: r.key, now }, audit: r?.revokedNow === true ? keyRow('api_key_revoked', r.key) : null };
+          if (r === null) return { result: null, audit: null };
+          // Each key revoked now is on the record; a key revoked before, with nothing made from it left, decides nothing.
+          const rows = [...(r.revokedNow ? [keyRow('api_key_revoked', r.key)] : []), ...r.made.map((k) => keyRow('api_key_revoked', k, keyId))];
+          return { result: { key: r.key, made: r.made, now }, audit: rows.length === 0 ? null : rows };
         },
       },
       ctx,
     );
     if (found === null) throw new ApiError(404, 'not_found', 'no such API key');
-    this.auth.forget(keyId);
-    return { status: 200, body: keyView(found.key, found.now) };
+    for (const id of [keyId, ...found.made.map((k) => k.id)]) this.auth.forget(id);
+    return { status: 200, body: { ...keyView(found.key, found.now), revoked_with_it: found.made.map((k) => k.id) } };
   }
 
   /** The unit through the decision writer, under the caller's ids: answered once its audit row (if any) has committed. */

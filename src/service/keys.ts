@@ -32,13 +32,27 @@ export interface CreatedKey {
 export const KEY_FORMAT = /^wk\.([A-Za-z0-9_-]{12})\.[A-Za-z0-9_-]{43}$/;
 
 /** Makes a key record and its secret (not stored). */
-export function newApiKey(tenantId: string, spec: { name: string; roles: readonly Role[]; expiresAt: Date | null }, now: Date): CreatedKey {
+export function newApiKey(
+  tenantId: string,
+  spec: { name: string; roles: readonly Role[]; expiresAt: Date | null; createdBy?: string | null },
+  now: Date,
+): CreatedKey {
   const id = randomToken(9);
   const apiKey = `wk.${id}.${randomToken(32)}`;
   const roles = ROLES.filter((r) => spec.roles.includes(r));
   return {
     apiKey,
-    record: { id, tenantId, name: spec.name, roles, keyHash: sha256Hex(apiKey), createdAt: now, expiresAt: spec.expiresAt, revokedAt: null },
+    record: {
+      id,
+      tenantId,
+      name: spec.name,
+      roles,
+      keyHash: sha256Hex(apiKey),
+      createdAt: now,
+      expiresAt: spec.expiresAt,
+      revokedAt: null,
+      createdBy: spec.createdBy ?? null,
+    },
   };
 }
 
@@ -64,6 +78,7 @@ export function keyView(k: ApiKeyRecord, now: Date): Record<string, unknown> {
     created_at: k.createdAt.toISOString(),
     expires_at: k.expiresAt?.toISOString() ?? null,
     revoked_at: k.revokedAt?.toISOString() ?? null,
+    created_by: k.createdBy,
     state,
   };
 }

@@ -34,8 +34,13 @@ export const apiKeys = pgTable(
     createdAt: at('created_at').notNull(),
     expiresAt: at('expires_at'),
     revokedAt: at('revoked_at'),
+    /**
+     * The key that made this one over the API (null: made by the operator's CLI, or before this was
+     * kept). Revoking a key revokes the keys it made, and theirs: a leaked key's makings go with it.
+     */
+    createdBy: text('created_by'),
   },
-  (t) => [index('api_keys_tenant_idx').on(t.tenantId)],
+  (t) => [index('api_keys_tenant_idx').on(t.tenantId), index('api_keys_created_by_idx').on(t.tenantId, t.createdBy)],
 );
 
 /**

@@ -94,7 +94,8 @@ export interface DecisionTx {
   revokeSubtree(tenantId: string, capabilityId: string, at: Date, reason: string | null): Promise<string[]>;
   /** A statement in the decision's transaction (approvals, issue 17), its parameters as text. */
   query(text: string, params: readonly (string | null)[]): Promise<Record<string, unknown>[]>;
-  insertApiKey(k: ApiKeyRecord): Promise<void>;
+  /** See `insertKeyIn`: false when the key's maker is revoked or expired (nothing inserted). */
+  insertApiKey(k: ApiKeyRecord, at: Date): Promise<boolean>;
   /** See `revokeKeyIn`. */
   revokeApiKey(tenantId: string, keyId: string, at: Date): Promise<RevokedKey | null>;
 }
@@ -314,7 +315,7 @@ export function decisionTx(c: BatchConn): BatchTx {
     query(text, params) {
       return c.query(text, params);
     },
-    insertApiKey: (k) => insertKeyIn(c.db, k),
+    insertApiKey: (k, at) => insertKeyIn(c.db, k, at),
     revokeApiKey: (tenantId, keyId, at) => revokeKeyIn(c.db, tenantId, keyId, at),
     async revokeSubtree(tenantId, capabilityId, at, reason) {
       const rows = await c.db
@@ -337,20 +338,41 @@ export function decisionTx(c: BatchConn): BatchTx {
   };
 }
 
-async function insertKeyIn(db: Db, k: ApiKeyRecord): Promise<void> {
+/**
+ * Inserts a key. A key made by another (`createdBy`) is inserted only while its maker is usable at
+ * `at`, read under a share lock on the maker's row: a revocation of the maker either commits first
+ * (seen here: false, nothing inserted) or waits for this insert to commit, and then revokes the new
+ * key with the maker's others (`revokeKeyIn`).
+ */
+async function insertKeyIn(db: Db, k: ApiKeyRecord, at: Date): Promise<boolean> {
+  if (k.createdBy !== null) {
+    const [maker] = await db
+      .select({ revokedAt: apiKeys.revokedAt, expiresAt: apiKeys.expiresAt })
+      .from(apiKeys)
+      .where(and(eq(apiKeys.tenantId, k.tenantId), eq(apiKeys.id, k.createdBy)))
+      .for('share');
+    if (maker === undefined || maker.revokedAt !== null || (maker.expiresAt !== null && maker.expiresAt.getTime() <= at.getTime())) return false;
+  }
   await db.insert(apiKeys).values({ ...k, roles: [...k.roles] });
+  return true;
 }
 
-/** A key as it stands after a revocation, and whether this revocation is the one that revoked it. */
+/** A key as it stands after a revocation, whether this revocation is the one that revoked it, and the keys it made revoked with it. */
 export interface RevokedKey {
   readonly key: ApiKeyRecord;
   readonly revokedNow: boolean;
+  /** The keys made by it (or by those, and so on) that this revocation revoked, makers before the keys they made. */
+  readonly made: readonly ApiKeyRecord[];
 }
 
 /**
  * Revokes a key of the tenant (the first revocation time stays; null when the tenant has no such key)
- * and tells every instance listening on KEY_REVOKED_CHANNEL (the notice is sent when the revocation
- * commits, and only then), so their caches drop it at once rather than within their TTL.
+ * and every key made from it over the API that is not revoked yet (a leaked key's makings go with
+ * it), and tells every instance listening on KEY_REVOKED_CHANNEL (each notice is sent when the
+ * revocation commits, and only then), so their caches drop them at once rather than within their TTL.
+ * The makings are revoked by statements run after the key's own row is locked, again until one finds
+ * none: a key being made meanwhile holds a share lock on its maker's row (`insertKeyIn`), so it has
+ * committed by then and a later statement sees it.
  */
 async function revokeKeyIn(db: Db, tenantId: string, keyId: string, at: Date): Promise<RevokedKey | null> {
   const revoked = await db
@@ -363,8 +385,46 @@ async function revokeKeyIn(db: Db, tenantId: string, keyId: string, at: Date): P
     .from(apiKeys)
     .where(and(eq(apiKeys.tenantId, tenantId), eq(apiKeys.id, keyId)));
   if (row === undefined) return null;
-  await db.execute(sql`SELECT pg_notify(${KEY_REVOKED_CHANNEL}, ${keyId})`);
-  return { key: row, revokedNow: revoked.length > 0 };
+  const made: ApiKeyRecord[] = [];
+  for (;;) {
+    const more = await db.execute(sql`
+      WITH RECURSIVE made(id) AS (
+        SELECT id FROM api_keys WHERE tenant_id = ${tenantId} AND created_by = ${keyId}
+        UNION
+        SELECT k.id FROM api_keys k JOIN made m ON k.created_by = m.id WHERE k.tenant_id = ${tenantId}
+      )
+      UPDATE api_keys SET revoked_at = ${at.toISOString()}::timestamptz
+      WHERE tenant_id = ${tenantId} AND id IN (SELECT id FROM made) AND revoked_at IS NULL
+      RETURNING id`);
+    const rows: Record<string, unknown>[] = Array.isArray(more) ? (more as Record<string, unknown>[]) : (more as { rows: Record<string, unknown>[] }).rows;
+    const ids = rows.map((r) => String(r.id));
+    if (ids.length === 0) break;
+    made.push(
+      ...(await db
+        .select()
+        .from(apiKeys)
+        .where(and(eq(apiKeys.tenantId, tenantId), inArray(apiKeys.id, ids)))),
+    );
+  }
+  for (const id of [keyId, ...made.map((k) => k.id)]) await db.execute(sql`SELECT pg_notify(${KEY_REVOKED_CHANNEL}, ${id})`);
+  return { key: row, revokedNow: revoked.length > 0, made: orderByMaker(keyId, made) };
+}
+
+/** Keys in the order they were made from `root`: each after its maker (the creation time breaks ties). */
+function orderByMaker(root: string, keys: readonly ApiKeyRecord[]): ApiKeyRecord[] {
+  const out: ApiKeyRecord[] = [];
+  const byMaker = new Map<string, ApiKeyRecord[]>();
+  for (const k of [...keys].sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.id < b.id ? -1 : 1))) {
+    byMaker.set(k.createdBy ?? '', [...(byMaker.get(k.createdBy ?? '') ?? []), k]);
+  }
+  const visit = (maker: string): void => {
+    for (const k of byMaker.get(maker) ?? []) {
+      out.push(k);
+      visit(k.id);
+    }
+  };
+  visit(root);
+  return out;
 }
 
 /** Reads and the non-decision writes. */
@@ -410,8 +470,9 @@ export class Store {
     return row ?? null;
   }
 
+  /** Inserts a key made by the operator (no maker: `createdBy` null). */
   async insertApiKey(k: ApiKeyRecord): Promise<void> {
-    await insertKeyIn(this.db, k);
+    await insertKeyIn(this.db, k, k.createdAt);
   }
 
   /** The tenant's keys, oldest first. */
@@ -420,8 +481,8 @@ export class Store {
   }
 
   /** `revokeKeyIn` in a transaction of its own (the CLI's way; the API's goes through the decision writer). */
-  async revokeApiKey(tenantId: string, keyId: string, at: Date): Promise<ApiKeyRecord | null> {
-    return this.db.transaction(async (tx) => (await revokeKeyIn(tx as unknown as Db, tenantId, keyId, at))?.key ?? null);
+  async revokeApiKey(tenantId: string, keyId: string, at: Date): Promise<RevokedKey | null> {
+    return this.db.transaction(async (tx) => revokeKeyIn(tx as unknown as Db, tenantId, keyId, at));
   }
 
   async tenantByName(name: string): Promise<TenantRecord | null> {

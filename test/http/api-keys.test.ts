@@ -5,6 +5,7 @@
  * TTL elsewhere, expiry, and the key id and request id on every audit row.
  */
 import { sql } from 'drizzle-orm';
+import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
 import { createApp } from '../../src/http/app.js';
 import { openDatabase, type Database } from '../../src/node/db.js';
@@ -186,6 +187,113 @@ describe.each(BACKENDS)('API keys on %s', (backend) => {
     expect(within.body.expires_at).toBe(shortLived.body.expires_at);
     // A key that never expires makes keys as it likes.
     expect((await h.call('POST', '/v1/api-keys', { name: 'forever', roles: ['driver'] })).body.expires_at).toBeNull();
+  });
+
+  // A leaked admin key's holder makes keys of its own; revoking the leaked key must not leave them.
+  test('revoking a key revokes the keys made from it, and theirs, each on the record; other keys stay', async () => {
+    const make = async (by: string | null, name: string, roles: string[]): Promise<{ id: string; key: string }> => {
+      h.clock.advance(1); // creation order is the revocation rows' order
+      const r = await h.call('POST', '/v1/api-keys', { name, roles }, by === null ? {} : { headers: { authorization: `Bearer ${by}` } });
+      expect(r.status).toBe(201);
+      return { id: r.body.key_id as string, key: r.body.api_key as string };
+    };
+    const leaked = await make(null, 'leaked', ['admin']);
+    const b = await make(leaked.key, 'made-1', ['admin']);
+    const c = await make(b.key, 'made-2', ['driver', 'runtime']);
+    const d = await make(leaked.key, 'made-3', ['runtime']);
+    const bystander = await make(null, 'bystander', ['admin']);
+    const listed = (await h.call('GET', '/v1/api-keys')).body.keys as { key_id: string; created_by: string | null }[];
+    const makerOf = new Map(listed.map((k) => [k.key_id, k.created_by]));
+    expect([b, c, d].map((k) => makerOf.get(k.id))).toEqual([leaked.id, b.id, leaked.id]);
+
+    const revoked = await h.call('DELETE', `/v1/api-keys/${leaked.id}`);
+    expect(revoked.body).toMatchObject({ key_id: leaked.id, state: 'revoked', revoked_with_it: [b.id, c.id, d.id] });
+    const mintWith = (key: string): Promise<Called> =>
+      h.call('POST', '/v1/capabilities', mintBody({ trajectory_id: `k-${++seq}` }), { headers: { authorization: `Bearer ${key}` } });
+    for (const k of [leaked, b, c, d]) expect((await mintWith(k.key)).status).toBe(401);
+    expect((await mintWith(bystander.key)).status).toBe(201);
+    const rows = ((await h.call('GET', '/v1/audit?event=access&decision=grant&limit=1000')).body.entries as { detail: Record<string, unknown> }[])
+      .map((e) => e.detail)
+      .filter((x) => x.action === 'api_key_revoked' && [leaked.id, b.id, c.id, d.id].includes(x.api_key_id as string));
+    expect(rows.map((x) => [x.api_key_id, x.revoked_with])).toEqual([
+      [leaked.id, undefined],
+      [b.id, leaked.id],
+      [c.id, leaked.id],
+      [d.id, leaked.id],
+    ]);
+    // Revoking it again revokes nothing more and writes nothing.
+    expect((await h.call('DELETE', `/v1/api-keys/${leaked.id}`)).body.revoked_with_it).toEqual([]);
+    // The CLI's way (no server involved) revokes the keys made from a key too.
+    const e = await make(bystander.key, 'made-4', ['runtime']);
+    expect((await h.store.revokeApiKey(h.tenantIds.a, bystander.id, h.clock.now()))?.made.map((k) => k.id)).toEqual([e.id]);
+    expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+  });
+
+  test('a key whose maker was revoked after its request was let in is not made', async () => {
+    const maker = await h.call('POST', '/v1/api-keys', { name: 'maker', roles: ['admin'] });
+    const other = createApp({ store: h.store, writer: h.writer, keys: h.keys, now: h.clock.now });
+    const createOnOther = async (name: string): Promise<number> =>
+      (
+        await other.request('/v1/api-keys', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${maker.body.api_key as string}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ name, roles: ['admin'] }),
+        })
+      ).status;
+    expect(await createOnOther('before')).toBe(201); // the maker is now in the other instance's key cache
+    expect((await h.call('DELETE', `/v1/api-keys/${maker.body.key_id as string}`)).status).toBe(200);
+    // The other instance still takes the maker for live (its cache, no listener here); the insert does not.
+    expect(await createOnOther('after')).toBe(401);
+    const names = ((await h.call('GET', '/v1/api-keys')).body.keys as { name: string; created_by: string | null; state: string }[])
+      .filter((k) => k.created_by === maker.body.key_id)
+      .map((k) => [k.name, k.state]);
+    expect(names).toEqual([['before', 'revoked']]);
+    const refused = ((await h.call('GET', '/v1/audit?event=access&decision=deny&limit=1000')).body.entries as Record<string, unknown>[]).filter(
+      (e) => (e.detail as { name?: string }).name === 'after',
+    );
+    expect(refused).toEqual([
+      expect.objectContaining({ key_id: maker.body.key_id, reason_code: 'unauthorized', detail: expect.objectContaining({ action: 'api_key_created' }) }),
+    ]);
+  });
+
+  // A revocation made elsewhere (the CLI, another instance) and a key being made from the revoked key
+  // at the same moment: whichever commits first, the new key does not outlive the revocation.
+  test.runIf(backend === 'postgres')('a key made while its maker is being revoked elsewhere is refused, or revoked with it', async () => {
+    const maker = await h.call('POST', '/v1/api-keys', { name: 'racing-maker', roles: ['admin'] });
+    const makerId = maker.body.key_id as string;
+    const asMaker = (name: string): Promise<Called> =>
+      h.call('POST', '/v1/api-keys', { name, roles: ['runtime'] }, { headers: { authorization: `Bearer ${maker.body.api_key as string}` } });
+    expect((await asMaker('warm')).status).toBe(201); // the maker is in this instance's key cache
+    const raw = postgres(h.database.url as string, { max: 2, onnotice: () => {} });
+    try {
+      // A revocation whose statements ran, not committed yet; the create waits on the maker's row.
+      const revoking = raw.begin(async (tx) => {
+        await tx`UPDATE api_keys SET revoked_at = now() WHERE id = ${makerId}`;
+        await new Promise((r) => setTimeout(r, 300));
+      });
+      await new Promise((r) => setTimeout(r, 50));
+      const created = asMaker('during');
+      await revoking;
+      expect((await created).status).toBe(401);
+      // The other order: a key made by a transaction that holds its maker's row (as a create does) and
+      // commits after the revocation has locked the maker: the revocation waits, then revokes it.
+      const second = await h.call('POST', '/v1/api-keys', { name: 'maker-2', roles: ['admin'] });
+      const secondId = second.body.key_id as string;
+      let made = '';
+      const making = raw.begin(async (tx) => {
+        await tx`SELECT 1 FROM api_keys WHERE id = ${secondId} FOR SHARE`;
+        made = `late${String(Date.now() % 1e8).padStart(8, '0')}`;
+        await tx`INSERT INTO api_keys (id, tenant_id, name, roles, key_hash, created_at, created_by)
+                 VALUES (${made}, ${h.tenantIds.a}, 'late', ${['runtime']}, ${'0'.repeat(64)}, now(), ${secondId})`;
+        await new Promise((r) => setTimeout(r, 300));
+      });
+      await new Promise((r) => setTimeout(r, 50));
+      const revoked = h.call('DELETE', `/v1/api-keys/${secondId}`);
+      await making;
+      expect((await revoked).body.revoked_with_it).toEqual([made]);
+    } finally {
+      await raw.end();
+    }
   });
 
   test('bad key requests name the field', async () => {

@@ -2,7 +2,7 @@
  * Migration 0002 (issue 14): a tenant's key from before scoped keys becomes an `admin` key named
  * `initial` with the same id and hash, so it keeps working, with every right it had.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { drizzle } from 'drizzle-orm/pglite';
@@ -28,6 +28,11 @@ test('an existing tenant key becomes an admin key that still authenticates', asy
   const key = `wk.oldkeyid_123.${'s'.repeat(43)}`;
   await pg.query(`INSERT INTO tenants (id, name, key_id, key_hash, created_at) VALUES ('ten_old', 'old', 'oldkeyid_123', $1, now())`, [sha256Hex(key)]);
   await apply(pg, '0002_api_keys.sql');
+  // Then every later migration, as a server started on that database applies them.
+  for (const file of readdirSync(MIGRATIONS)
+    .filter((f) => f.endsWith('.sql') && f > '0002_api_keys.sql')
+    .sort())
+    await apply(pg, file);
 
   const { rows } = await pg.query<{ id: string; tenant_id: string; name: string; roles: string[]; revoked_at: unknown }>('SELECT * FROM api_keys');
   expect(rows).toEqual([expect.objectContaining({ id: 'oldkeyid_123', tenant_id: 'ten_old', name: 'initial', roles: ['admin'], revoked_at: null })]);
