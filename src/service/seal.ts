@@ -25,6 +25,9 @@ import type { IdemKey, StoredResponse } from '../store/idempotency.js';
 
 const LABEL = 'warrant idempotency seal key v1';
 
+/** Sealers by ring (see `ResponseSealer.from`); a ring no longer used goes with its sealer. */
+const sealers = new WeakMap<KeyRing, ResponseSealer>();
+
 export class ResponseSealer {
   private constructor(
     /** The kid new seals are made under. */
@@ -33,13 +36,23 @@ export class ResponseSealer {
     private readonly keys: ReadonlyMap<string, Uint8Array>,
   ) {}
 
+  /**
+   * The sealer of a ring: made once per ring (one Ed25519 signature per private key), then reused. A
+   * Worker builds its app per request on a ring cached per isolate, so without this every request that
+   * seals or checks a seal signed again. The resolved sealer is kept, never a promise (on Workers a
+   * promise settled under one request must not be awaited by another); it holds only bytes.
+   */
   static async from(ring: KeyRing): Promise<ResponseSealer> {
+    const known = sealers.get(ring);
+    if (known !== undefined) return known;
     const keys = new Map<string, Uint8Array>();
     for (const [kid, key] of ring.privateKeys) {
       const jws = await new CompactSign(utf8ToBytes(LABEL)).setProtectedHeader({ alg: 'EdDSA' }).sign(key);
       keys.set(kid, sha256(utf8ToBytes(jws)));
     }
-    return new ResponseSealer(ring.activeKid, keys);
+    const sealer = new ResponseSealer(ring.activeKid, keys);
+    sealers.set(ring, sealer);
+    return sealer;
   }
 
   /** The seal of `response` stored under `k` for a request hashing to `requestHash`. */

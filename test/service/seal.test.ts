@@ -36,4 +36,14 @@ describe('ResponseSealer', () => {
     expect(a.holdsOf('approval', [{ x: 1, y: [2, 'z'] }], null)).toBe(false);
     expect(a.holdsOf('approval', [{ x: 1, y: [2, 'z'] }], `${seal.slice(0, -2)}AA`)).toBe(false);
   });
+
+  // A Worker builds its app per request on a ring cached per isolate: the sealer must not sign again each time.
+  test('one sealer per ring: made once, and another ring gets its own', async () => {
+    const ring = await loadKeyRing({ keys: [await generateSigningJwk()] });
+    const first = await ResponseSealer.from(ring);
+    expect(await ResponseSealer.from(ring)).toBe(first);
+    const other = await ResponseSealer.from(await loadKeyRing({ keys: [await generateSigningJwk()] }));
+    expect(other).not.toBe(first);
+    expect(other.holdsOf('tool', ['t'], first.sealOf('tool', ['t']))).toBe(false);
+  });
 });
