@@ -6,7 +6,9 @@
  * directory: use the server's admin API (`/v1/api-keys`) then.
  */
 import { parseArgs } from 'node:util';
-import { createApiKey, keyView, ROLES, type Role } from '../service/keys.js';
+import { keyCreation, keyRevocation } from '../service/key-admin.js';
+import { keyView, ROLES, type Role } from '../service/keys.js';
+import { DecisionWriter } from '../store/writer.js';
 import { Store } from '../store/store.js';
 import { readConfig, runMain } from './config.js';
 import { openConfiguredDatabase } from './db.js';
@@ -62,8 +64,11 @@ async function run(store: Store, p: Parsed): Promise<number> {
     for (const k of await store.listApiKeys(tenant.id)) console.log(JSON.stringify(keyView(k, now)));
     return 0;
   }
+  // Key changes are decisions like the API's: each is an audit row (`detail.via: "cli"`, no key_id)
+  // committed with the change, through a decision writer of this process's own.
+  const writer = new DecisionWriter(store.db, { now: () => new Date() });
   if (p.command === 'revoke') {
-    const revoked = await store.revokeApiKey(tenant.id, p.arg as string, now);
+    const revoked = await writer.submit(keyRevocation(tenant.id, p.arg as string, 'cli'));
     if (revoked === null) {
       console.error(`tenant ${p.tenant} has no key ${p.arg}`);
       return 1;
@@ -73,10 +78,13 @@ async function run(store: Store, p: Parsed): Promise<number> {
     console.log(`revoked ${key.id} (${key.name})${also}; Node servers on this database refuse them at once, others (Workers) within 30 s`);
     return 0;
   }
-  const expiresAt = p.ttlS === undefined ? null : new Date(now.getTime() + p.ttlS * 1000);
-  const { record, apiKey } = await createApiKey(store, tenant.id, { name: p.arg as string, roles: p.roles, expiresAt }, now);
+  const made = await writer.submit(
+    keyCreation(tenant.id, { name: p.arg as string, roles: p.roles, ttl_s: p.ttlS, maker: null, creatorExpiresAt: null }, 'cli'),
+  );
+  if (made === null) throw new Error('a key with no maker was refused'); // only a key with a maker can be
+  const { record, apiKey } = made;
   console.log(
-    `created key ${record.id} (${record.name}) of ${p.tenant}, roles ${record.roles.join(', ')}, expires ${expiresAt?.toISOString() ?? 'never'}; shown only this once:`,
+    `created key ${record.id} (${record.name}) of ${p.tenant}, roles ${record.roles.join(', ')}, expires ${record.expiresAt?.toISOString() ?? 'never'}; shown only this once:`,
   );
   console.log(apiKey);
   return 0;

@@ -14,7 +14,7 @@ import { newId } from '../crypto/hash.js';
 import type { ApiKeyRecord, Store } from '../store/store.js';
 import { tenantDraft, type AuditDraft, type DecisionUnit } from '../store/writer.js';
 import { ApiError, invalidRequest, unavailable } from './errors.js';
-import { keyView, newApiKey, ROLES, type CreatedKey } from './keys.js';
+import { keyView, newApiKey, ROLES, type CreatedKey, type Role } from './keys.js';
 import type { Authority, Reply, RequestContext } from './authority.js';
 import type { Authenticator } from './tenants.js';
 
@@ -42,7 +42,7 @@ export type CreateKeyBody = z.infer<typeof CreateKeyBody>;
  * The audit row of a key created or revoked: who it is, what it may do and until when. A key revoked
  * because a key it was made from was revoked names that key (`revoked_with`).
  */
-const keyRow = (action: 'api_key_created' | 'api_key_revoked', k: ApiKeyRecord, revokedWith?: string): AuditDraft =>
+const keyRow = (action: 'api_key_created' | 'api_key_revoked', k: ApiKeyRecord, revokedWith?: string, mark: { via?: Via } = {}): AuditDraft =>
   tenantDraft(newId('aud'), 'access', 'grant', null, {
     action,
     api_key_id: k.id,
@@ -50,7 +50,67 @@ const keyRow = (action: 'api_key_created' | 'api_key_revoked', k: ApiKeyRecord, 
     roles: [...k.roles],
     expires_at: k.expiresAt?.toISOString() ?? null,
     ...(revokedWith === undefined ? {} : { revoked_with: revokedWith }),
+    ...mark,
   });
+
+/** Who made a key change: a key over the API (its id is the audit row's `key_id`), or the host's operator with the CLI. */
+type Via = 'api' | 'cli';
+
+/**
+ * Making a key, as a decision: inserted only while its maker (`maker`, null for the operator's CLI)
+ * is usable, and never past `creatorExpiresAt`; audited either way. Null: the maker was revoked or
+ * expired meanwhile, nothing made.
+ */
+export function keyCreation(
+  tenantId: string,
+  spec: { name: string; roles: readonly Role[]; ttl_s?: number | undefined; maker: string | null; creatorExpiresAt: Date | null },
+  via: Via = 'api',
+): DecisionUnit<CreatedKey | null> {
+  const mark = via === 'cli' ? { via } : {};
+  return {
+    tenantId,
+    fence: null,
+    // It reads its maker's row under a share lock (`insertKeyIn`), which a revocation elsewhere may hold.
+    writesSubtree: true,
+    run: async (tx, now) => {
+      const asked = spec.ttl_s === undefined ? null : new Date(now.getTime() + spec.ttl_s * 1000);
+      // Checked against the clock before; the decision's own time may be a moment later.
+      const expiresAt = spec.creatorExpiresAt !== null && asked !== null && asked > spec.creatorExpiresAt ? spec.creatorExpiresAt : asked;
+      const created = newApiKey(tenantId, { name: spec.name, roles: spec.roles, expiresAt, createdBy: spec.maker }, now);
+      if (await tx.insertApiKey(created.record, now)) return { result: created, audit: keyRow('api_key_created', created.record, undefined, mark) };
+      // The maker was revoked (or expired) since this request was let in: refused, on the record.
+      return {
+        result: null,
+        audit: tenantDraft(newId('aud'), 'access', 'deny', 'unauthorized', { action: 'api_key_created', name: spec.name, roles: [...spec.roles] }),
+      };
+    },
+  };
+}
+
+/** Revoking a key and the keys made from it, as a decision: a row per key revoked now. Null: no such key. */
+export function keyRevocation(
+  tenantId: string,
+  keyId: string,
+  via: Via = 'api',
+): DecisionUnit<{ key: ApiKeyRecord; made: readonly ApiKeyRecord[]; now: Date } | null> {
+  const mark = via === 'cli' ? { via } : {};
+  return {
+    tenantId,
+    fence: null,
+    // It revokes the keys made from this one too, rows it must wait for when another holds them.
+    writesSubtree: true,
+    run: async (tx, now) => {
+      const r = await tx.revokeApiKey(tenantId, keyId, now);
+      if (r === null) return { result: null, audit: null };
+      // Each key revoked now is on the record; a key revoked before, with nothing made from it left, decides nothing.
+      const rows = [
+        ...(r.revokedNow ? [keyRow('api_key_revoked', r.key, undefined, mark)] : []),
+        ...r.made.map((k) => keyRow('api_key_revoked', k, keyId, mark)),
+      ];
+      return { result: { key: r.key, made: r.made, now }, audit: rows.length === 0 ? null : rows };
+    },
+  };
+}
 
 export class KeyAdmin {
   constructor(
@@ -74,27 +134,7 @@ export class KeyAdmin {
         ]);
     }
     const maker = ctx.caller?.keyId ?? null;
-    const made = await this.decide<CreatedKey | null>(
-      {
-        tenantId,
-        fence: null,
-        // It reads its maker's row under a share lock (`insertKeyIn`), which a revocation elsewhere may hold.
-        writesSubtree: true,
-        run: async (tx, now) => {
-          const asked = body.ttl_s === undefined ? null : new Date(now.getTime() + body.ttl_s * 1000);
-          // Checked above against the clock before; the decision's own time may be a moment later.
-          const expiresAt = creatorExpiresAt !== null && asked !== null && asked > creatorExpiresAt ? creatorExpiresAt : asked;
-          const created = newApiKey(tenantId, { name: body.name, roles: body.roles, expiresAt, createdBy: maker }, now);
-          if (await tx.insertApiKey(created.record, now)) return { result: created, audit: keyRow('api_key_created', created.record) };
-          // The maker was revoked (or expired) since this request was let in: refused, on the record.
-          return {
-            result: null,
-            audit: tenantDraft(newId('aud'), 'access', 'deny', 'unauthorized', { action: 'api_key_created', name: body.name, roles: [...body.roles] }),
-          };
-        },
-      },
-      ctx,
-    );
+    const made = await this.decide(keyCreation(tenantId, { ...body, maker, creatorExpiresAt }), ctx);
     if (made === null) {
       if (maker !== null) this.auth.forget(maker);
       throw new ApiError(401, 'unauthorized', 'the API key making this one was revoked or expired');
@@ -109,22 +149,7 @@ export class KeyAdmin {
   }
 
   async revoke(tenantId: string, keyId: string, ctx: RequestContext = {}): Promise<Reply> {
-    const found = await this.decide<{ key: ApiKeyRecord; made: readonly ApiKeyRecord[]; now: Date } | null>(
-      {
-        tenantId,
-        fence: null,
-        // It revokes the keys made from this one too, rows it must wait for when another holds them.
-        writesSubtree: true,
-        run: async (tx, now) => {
-          const r = await tx.revokeApiKey(tenantId, keyId, now);
-          if (r === null) return { result: null, audit: null };
-          // Each key revoked now is on the record; a key revoked before, with nothing made from it left, decides nothing.
-          const rows = [...(r.revokedNow ? [keyRow('api_key_revoked', r.key)] : []), ...r.made.map((k) => keyRow('api_key_revoked', k, keyId))];
-          return { result: { key: r.key, made: r.made, now }, audit: rows.length === 0 ? null : rows };
-        },
-      },
-      ctx,
-    );
+    const found = await this.decide(keyRevocation(tenantId, keyId), ctx);
     if (found === null) throw new ApiError(404, 'not_found', 'no such API key');
     for (const id of [keyId, ...found.made.map((k) => k.id)]) this.auth.forget(id);
     return { status: 200, body: { ...keyView(found.key, found.now), revoked_with_it: found.made.map((k) => k.id) } };

@@ -8,7 +8,7 @@
  * and side-effect class decide what a call needs, a policy change like a key's roles).
  */
 import { randomToken, sha256Hex } from '../crypto/hash.js';
-import type { ApiKeyRecord, Store } from '../store/store.js';
+import type { ApiKeyRecord } from '../store/store.js';
 
 export const ROLES = ['runtime', 'spawner', 'driver', 'auditor', 'approver', 'admin'] as const;
 export type Role = (typeof ROLES)[number];
@@ -54,18 +54,6 @@ export function newApiKey(
       createdBy: spec.createdBy ?? null,
     },
   };
-}
-
-/** Creates and stores a key of the tenant. */
-export async function createApiKey(
-  store: Store,
-  tenantId: string,
-  spec: { name: string; roles: readonly Role[]; expiresAt: Date | null },
-  now: Date,
-): Promise<CreatedKey> {
-  const created = newApiKey(tenantId, spec, now);
-  await store.insertApiKey(created.record);
-  return created;
 }
 
 /** A key as listed (API and CLI): never its hash. */

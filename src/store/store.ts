@@ -470,11 +470,6 @@ export class Store {
     return row ?? null;
   }
 
-  /** Inserts a key made by the operator (no maker: `createdBy` null). */
-  async insertApiKey(k: ApiKeyRecord): Promise<void> {
-    await insertKeyIn(this.db, k, k.createdAt);
-  }
-
   /** The tenant's keys, oldest first. */
   async listApiKeys(tenantId: string): Promise<ApiKeyRecord[]> {
     return this.db.select().from(apiKeys).where(eq(apiKeys.tenantId, tenantId)).orderBy(asc(apiKeys.createdAt), asc(apiKeys.id));

@@ -1,7 +1,7 @@
 /**
  * `npm run api-keys` against the embedded database (issue 14): keys made with roles work on the
  * server as their roles say; beside a running server the CLI is refused (exit 2) and the admin API
- * is the way; a key revoked with the CLI is refused after the restart.
+ * is the way; a key revoked with the CLI is refused after the restart; both changes are audit rows.
  */
 import { join } from 'node:path';
 import { afterAll, expect, test } from 'vitest';
@@ -47,6 +47,16 @@ test('create, use, refuse beside the server, revoke', async () => {
     expect(
       (await again.call('POST', '/v1/approve', { token: 'x.y.z', op: 'read', target: { kind: 'path', path: '/w' }, cost: 0 }, { key: driverKey })).status,
     ).toBe(401);
+    // The operator's key changes are on the record too: no key_id (no key made them), `via: "cli"`.
+    const rows = (await again.call('GET', '/v1/audit?event=access&decision=grant&limit=100', undefined, { key: apiKey })).body.entries as {
+      key_id: string | null;
+      detail: Record<string, unknown>;
+    }[];
+    expect(rows.filter((r) => r.detail.api_key_id === keyId).map((r) => [r.detail.action, r.detail.via, r.key_id])).toEqual([
+      ['api_key_created', 'cli', null],
+      ['api_key_revoked', 'cli', null],
+    ]);
+    expect((await again.call('GET', '/v1/audit/verify', undefined, { key: apiKey })).body.ok).toBe(true);
   } finally {
     expect(await again.stop()).toBe(0);
   }
