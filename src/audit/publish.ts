@@ -21,8 +21,11 @@ export interface CheckpointSink {
 /**
  * Brings the sink up to the database's checkpoints for a tenant; returns how many were appended.
  * Throws AuditIntegrityError when the database's history no longer matches the sink's.
+ * `adopted` is told when the sink held nothing for the tenant and the database's checkpoints were
+ * taken into it as they stand: expected for a new sink, but if the sink lost its files, a database
+ * rolled back (or rewritten and re-signed) since would go unnoticed from here on.
  */
-export async function publishCheckpoints(db: Db, sink: CheckpointSink, keys: AuditKeys, tenantId: string): Promise<number> {
+export async function publishCheckpoints(db: Db, sink: CheckpointSink, keys: AuditKeys, tenantId: string, adopted?: (count: number) => void): Promise<number> {
   const last = await sink.last(tenantId);
   const lines = await checkpointLines(db, tenantId, last === null ? 0 : last.n - 1);
   let prev: Verified | null = null;
@@ -45,5 +48,6 @@ export async function publishCheckpoints(db: Db, sink: CheckpointSink, keys: Aud
     prev = next;
   }
   if (fresh.length > 0) await sink.append(tenantId, fresh);
+  if (last === null && fresh.length > 0) adopted?.(fresh.length);
   return fresh.length;
 }

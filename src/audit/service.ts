@@ -97,7 +97,7 @@ export class Checkpointer {
     try {
       // Catch up first: a checkpoint committed by another instance, or before a crash, is published
       // (and the database's history checked against the sink) before a new one extends it.
-      if (sink !== null) await publishCheckpoints(db, sink, keys.verifyKeys, tenantId);
+      if (sink !== null) await publishCheckpoints(db, sink, keys.verifyKeys, tenantId, (count) => this.adopted(tenantId, count));
       // The signing transaction extends only the sink's last checkpoint, as it reads the database itself.
       const exported = sink === null ? null : await sink.last(tenantId);
       const made = await checkpointTenant({ db, keys, now: this.o.now, exported, ...(this.o.pause === undefined ? {} : { pause: this.o.pause }) }, tenantId);
@@ -121,6 +121,16 @@ export class Checkpointer {
       } else this.o.log({ level: 'warn', msg: 'checkpoint failed; retried next round', tenant_id: tenantId, error: errorText(e) });
       return false;
     }
+  }
+
+  /** The sink held nothing for a tenant whose database has checkpoints: said loudly, once per tenant and process. */
+  private adopted(tenantId: string, count: number): void {
+    this.o.log({
+      level: 'warn',
+      msg: "audit sink: it held no checkpoints for this tenant; the database's were taken in as they stand. Expected for a new checkpoint directory; if its files were lost, compare the database with a copy of them (npm run audit -- verify --checkpoints COPY), since a rolled-back database would now go unnoticed",
+      tenant_id: tenantId,
+      checkpoints: count,
+    });
   }
 }
 

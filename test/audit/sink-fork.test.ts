@@ -112,4 +112,25 @@ describe.each(BACKENDS)('the sink check, with several instances, on %s', (backen
     const caughtUp = { n: 2, jws: String(two?.jws), consistency: two?.consistency as string[] };
     expect((await checkpointTenant({ db: h.database.db, keys: h.auditKeys, now: h.clock.now, exported: caughtUp }, tenant))?.n).toBe(3);
   });
+
+  // A sink that lost its files (or a new one) cannot tell a rolled-back database from a good one: it
+  // takes the database's checkpoints as they stand, so that is said, once, where an operator looks.
+  test('a sink that holds nothing for a tenant whose database has checkpoints takes them in, with a warning', async () => {
+    const tenant = h.tenantIds.a;
+    expect(await h.checkpoint()).not.toBeUndefined(); // the database has checkpoints (from the test above, or this one)
+    const [count] = rowsOf(await h.database.db.execute(sql`SELECT count(*)::int AS n FROM audit_checkpoints WHERE tenant_id = ${tenant}`));
+    const logs: Row[] = [];
+    const dir = mkdtempSync(join(tmpdir(), 'warrant-sink-new-'));
+    const sink = new FileSink(dir);
+    const rounds = new Checkpointer({ db: h.database.db, keys: h.auditKeys, now: h.clock.now, sink, tenants: async () => [tenant], log: (e) => logs.push(e) });
+    afterAll(() => rmSync(dir, { recursive: true, force: true }));
+    await rounds.round();
+    expect((await sink.last(tenant))?.n).toBe(Number(count?.n));
+    const warned = (): Row[] => logs.filter((e) => e.level === 'warn' && String(e.msg).startsWith('audit sink: it held no checkpoints'));
+    expect(warned()).toEqual([expect.objectContaining({ tenant_id: tenant, checkpoints: Number(count?.n) })]);
+    // From then on the sink has them: no more warnings.
+    await h.call('POST', '/v1/capabilities', { trajectory_id: 'peer-2', rights: ['read'], objects: [{ kind: 'path', prefix: '/w/p2' }], ttl_s: 60 });
+    await rounds.round();
+    expect(warned()).toHaveLength(1);
+  });
 });
