@@ -7,6 +7,7 @@ import type { KeyRing } from '../crypto/keys.js';
 import type { Db } from '../store/store.js';
 import { AuditIntegrityError, checkpointTenant } from './checkpointer.js';
 import { publishCheckpoints, type CheckpointSink } from './publish.js';
+import { errorFields } from '../store/error-fields.js';
 
 export interface CheckpointerOptions {
   readonly db: Db;
@@ -83,7 +84,7 @@ export class Checkpointer {
     try {
       tenants = await this.o.tenants();
     } catch (e) {
-      this.o.log({ level: 'warn', msg: 'checkpoint round skipped: the database is unavailable', error: errorText(e) });
+      this.o.log({ level: 'warn', msg: 'checkpoint round skipped: the database is unavailable', ...errorFields(e) });
       return [''];
     }
     const failed: string[] = [];
@@ -118,7 +119,7 @@ export class Checkpointer {
       if (e instanceof AuditIntegrityError) {
         this.alarmed.add(tenantId);
         this.o.log({ level: 'error', msg: 'AUDIT INTEGRITY: checkpoints stopped for this tenant', tenant_id: tenantId, error: e.message });
-      } else this.o.log({ level: 'warn', msg: 'checkpoint failed; retried next round', tenant_id: tenantId, error: errorText(e) });
+      } else this.o.log({ level: 'warn', msg: 'checkpoint failed; retried next round', tenant_id: tenantId, ...errorFields(e) });
       return false;
     }
   }
@@ -133,5 +134,3 @@ export class Checkpointer {
     });
   }
 }
-
-const errorText = (e: unknown): string => (e instanceof Error ? e.message : String(e));

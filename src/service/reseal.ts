@@ -29,6 +29,7 @@ import type { ApprovalRecord, ToolRecord } from '../store/tools.js';
 import { approvalParts } from './approvals.js';
 import { ResponseSealer } from './seal.js';
 import { toolParts } from './tools.js';
+import { errorFields } from '../store/error-fields.js';
 
 /** Rows read at a time. */
 const PAGE = 256;
@@ -107,11 +108,7 @@ export async function resealLogged(db: Db, keys: KeyRing, log: (entry: Record<st
     const n = await resealAll(db, keys);
     log({ level: n.notHeld > 0 ? 'warn' : 'info', msg: SWEPT, kid: keys.activeKid, tools: n.tools, approvals: n.approvals, not_held: n.notHeld });
   } catch (e) {
-    // The innermost cause: drizzle's wrapper quotes the query and its parameters.
-    let c: unknown = e;
-    while (c instanceof Error && c.cause instanceof Error) c = c.cause;
-    const error = c instanceof Error ? { error: c.message, name: c.name, code: (c as { code?: unknown }).code } : { error: String(c) };
-    log({ level: 'warn', msg: 'the re-seal sweep failed; seals of older keys hold while those keys stay in the ring', ...error });
+    log({ level: 'warn', msg: 'the re-seal sweep failed; seals of older keys hold while those keys stay in the ring', ...errorFields(e) });
   }
 }
 

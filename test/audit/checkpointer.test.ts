@@ -12,7 +12,7 @@ import { publishCheckpoints, type CheckpointSink } from '../../src/audit/publish
 import { Checkpointer } from '../../src/audit/service.js';
 import { Metrics } from '../../src/http/metrics.js';
 import { openDatabase, type Database } from '../../src/node/db.js';
-import { BACKENDS } from '../support/db.js';
+import { BACKENDS, openTestDatabase } from '../support/db.js';
 import { startHarness, type Harness } from '../support/app.js';
 
 type Row = Record<string, unknown>;
@@ -297,5 +297,23 @@ describe.each(BACKENDS)('the checkpointer, against a tampered or unusual databas
     await exec(sql`DELETE FROM audit_tiles WHERE tenant_id = ${h.tenantIds.a}`);
     await approve(token, 2);
     await expect(h.checkpoint()).rejects.toBeInstanceOf(AuditIntegrityError);
+  });
+
+  test('a round that fails on the database logs what the database said, not the query and its parameters', async () => {
+    const closed = await openTestDatabase(backend);
+    await closed.close();
+    const logs: Row[] = [];
+    const rounds = new Checkpointer({
+      db: closed.db,
+      keys: h.auditKeys,
+      now: h.clock.now,
+      sink: null,
+      tenants: async () => [h.tenantIds.a],
+      log: (e) => logs.push(e),
+    });
+    expect(await rounds.round()).toBe(1);
+    expect(logs).toEqual([expect.objectContaining({ level: 'warn', msg: 'checkpoint failed; retried next round', tenant_id: h.tenantIds.a })]);
+    expect(String(logs[0]?.error)).not.toMatch(/Failed query|params:|audit_checkpoints/);
+    expect(String(logs[0]?.error)).not.toBe('');
   });
 });
