@@ -410,20 +410,26 @@ async function revokeKeyIn(db: Db, tenantId: string, keyId: string, at: Date): P
   return { key: row, revokedNow: revoked.length > 0, made: orderByMaker(keyId, made) };
 }
 
-/** Keys in the order they were made from `root`: each after its maker (the creation time breaks ties). */
+/**
+ * Keys in the order they were made from `root`: each after its maker (the creation time breaks ties).
+ * A key whose maker is not among them (revoked before, with its own makings left, as a writer outside
+ * Warrant or an instance from before migration 0008 could leave it) starts a walk of its own, so every
+ * key revoked is listed, and so audited, once.
+ */
 function orderByMaker(root: string, keys: readonly ApiKeyRecord[]): ApiKeyRecord[] {
   const out: ApiKeyRecord[] = [];
+  const sorted = [...keys].sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.id < b.id ? -1 : 1));
   const byMaker = new Map<string, ApiKeyRecord[]>();
-  for (const k of [...keys].sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.id < b.id ? -1 : 1))) {
-    byMaker.set(k.createdBy ?? '', [...(byMaker.get(k.createdBy ?? '') ?? []), k]);
-  }
-  const visit = (maker: string): void => {
-    for (const k of byMaker.get(maker) ?? []) {
-      out.push(k);
-      visit(k.id);
-    }
+  for (const k of sorted) byMaker.set(k.createdBy ?? '', [...(byMaker.get(k.createdBy ?? '') ?? []), k]);
+  const listed = new Set<string>();
+  const visit = (k: ApiKeyRecord): void => {
+    if (listed.has(k.id)) return;
+    listed.add(k.id);
+    out.push(k);
+    for (const made of byMaker.get(k.id) ?? []) visit(made);
   };
-  visit(root);
+  for (const k of byMaker.get(root) ?? []) visit(k);
+  for (const k of sorted) visit(k);
   return out;
 }
 
@@ -473,11 +479,6 @@ export class Store {
   /** The tenant's keys, oldest first. */
   async listApiKeys(tenantId: string): Promise<ApiKeyRecord[]> {
     return this.db.select().from(apiKeys).where(eq(apiKeys.tenantId, tenantId)).orderBy(asc(apiKeys.createdAt), asc(apiKeys.id));
-  }
-
-  /** `revokeKeyIn` in a transaction of its own (the CLI's way; the API's goes through the decision writer). */
-  async revokeApiKey(tenantId: string, keyId: string, at: Date): Promise<RevokedKey | null> {
-    return this.db.transaction(async (tx) => revokeKeyIn(tx as unknown as Db, tenantId, keyId, at));
   }
 
   async tenantByName(name: string): Promise<TenantRecord | null> {

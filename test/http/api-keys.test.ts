@@ -14,6 +14,7 @@ import { Store } from '../../src/store/store.js';
 import { DecisionWriter } from '../../src/store/writer.js';
 import { BACKENDS } from '../support/db.js';
 import { mintBody, startHarness, type Called, type Harness } from '../support/app.js';
+import { keyRevocation } from '../../src/service/key-admin.js';
 
 type Role = 'runtime' | 'spawner' | 'driver' | 'auditor' | 'admin';
 
@@ -225,8 +226,33 @@ describe.each(BACKENDS)('API keys on %s', (backend) => {
     expect((await h.call('DELETE', `/v1/api-keys/${leaked.id}`)).body.revoked_with_it).toEqual([]);
     // The CLI's way (no server involved) revokes the keys made from a key too.
     const e = await make(bystander.key, 'made-4', ['runtime']);
-    expect((await h.store.revokeApiKey(h.tenantIds.a, bystander.id, h.clock.now()))?.made.map((k) => k.id)).toEqual([e.id]);
+    expect((await h.writer.submit(keyRevocation(h.tenantIds.a, bystander.id, 'cli')))?.made.map((k) => k.id)).toEqual([e.id]);
     expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+  });
+
+  // An instance from before migration 0008, or a writer outside Warrant, may have revoked a key and
+  // left what it made: revoking its own maker later still revokes (and audits) them.
+  test('keys made from a key revoked before, its makings left, are revoked and audited with the key above it', async () => {
+    const make = async (by: string, name: string): Promise<{ id: string; key: string }> => {
+      h.clock.advance(1);
+      const r = await h.call('POST', '/v1/api-keys', { name, roles: ['admin'] }, by === '' ? {} : { headers: { authorization: `Bearer ${by}` } });
+      expect(r.status).toBe(201);
+      return { id: r.body.key_id as string, key: r.body.api_key as string };
+    };
+    const top = await make('', 'top');
+    const middle = await make(top.key, 'middle');
+    const bottom = await make(middle.key, 'bottom');
+    await h.database.db.execute(sql`UPDATE api_keys SET revoked_at = now() WHERE id = ${middle.id}`);
+    const revoked = await h.call('DELETE', `/v1/api-keys/${top.id}`);
+    expect(revoked.body.revoked_with_it).toEqual([bottom.id]);
+    expect(
+      ((await h.call('GET', '/v1/audit?event=access&decision=grant&limit=1000')).body.entries as { detail: Record<string, unknown> }[])
+        .map((e) => e.detail)
+        .filter((d) => d.action === 'api_key_revoked' && d.api_key_id === bottom.id)
+        .map((d) => d.revoked_with),
+    ).toEqual([top.id]);
+    const status = await h.call('POST', '/v1/capabilities', mintBody({ trajectory_id: `k-${++seq}` }), { headers: { authorization: `Bearer ${bottom.key}` } });
+    expect(status.status).toBe(401);
   });
 
   test('a key whose maker was revoked after its request was let in is not made', async () => {
@@ -291,6 +317,30 @@ describe.each(BACKENDS)('API keys on %s', (backend) => {
       const revoked = h.call('DELETE', `/v1/api-keys/${secondId}`);
       await making;
       expect((await revoked).body.revoked_with_it).toEqual([made]);
+
+      // A key made two levels down by a writer outside Warrant (which queues on no audit head) while
+      // the revocation runs: its statement that revokes the middle key waits for that writer, and the
+      // next one sees the key it made.
+      const top = await h.call('POST', '/v1/api-keys', { name: 'top-3', roles: ['admin'] });
+      const mid = await h.call(
+        'POST',
+        '/v1/api-keys',
+        { name: 'mid-3', roles: ['admin'] },
+        { headers: { authorization: `Bearer ${top.body.api_key as string}` } },
+      );
+      const midId = mid.body.key_id as string;
+      let deep = '';
+      const outside = raw.begin(async (tx) => {
+        await tx`SELECT 1 FROM api_keys WHERE id = ${midId} FOR SHARE`;
+        deep = `deep${String(Date.now() % 1e8).padStart(8, '0')}`;
+        await tx`INSERT INTO api_keys (id, tenant_id, name, roles, key_hash, created_at, created_by)
+                 VALUES (${deep}, ${h.tenantIds.a}, 'deep', ${['runtime']}, ${'1'.repeat(64)}, now(), ${midId})`;
+        await new Promise((r) => setTimeout(r, 300));
+      });
+      await new Promise((r) => setTimeout(r, 50));
+      const cascade = h.call('DELETE', `/v1/api-keys/${top.body.key_id as string}`);
+      await outside;
+      expect(((await cascade).body.revoked_with_it as string[]).sort()).toEqual([midId, deep].sort());
     } finally {
       await raw.end();
     }
@@ -358,13 +408,13 @@ describe.each(BACKENDS)('API keys on %s', (backend) => {
       };
       await round(async (id) => expect((await h.call('DELETE', `/v1/api-keys/${id}`)).status).toBe(200));
       // As `npm run api-keys -- revoke` does, with no server involved; the listener is up by now.
-      await round(async (id) => void (await h.store.revokeApiKey(h.tenantIds.a, id, h.clock.now())));
+      await round(async (id) => void (await h.writer.submit(keyRevocation(h.tenantIds.a, id, 'cli'))));
       if (backend === 'postgres') {
         // The listening connection cut: it listens again, and what it may have missed is dropped.
         await second.db.execute(
           sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE '%-listen' AND datname = current_database()`,
         );
-        await round(async (id) => void (await h.store.revokeApiKey(h.tenantIds.a, id, h.clock.now())));
+        await round(async (id) => void (await h.writer.submit(keyRevocation(h.tenantIds.a, id, 'cli'))));
       }
     } finally {
       if (second !== h.database) await second.close();

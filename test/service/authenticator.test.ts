@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Authenticator } from '../../src/service/tenants.js';
 import type { Store } from '../../src/store/store.js';
 import { startHarness, type Harness } from '../support/app.js';
+import { keyRevocation } from '../../src/service/key-admin.js';
 
 describe('Authenticator', () => {
   let h: Harness;
@@ -40,7 +41,7 @@ describe('Authenticator', () => {
 
     const pending = auth.authenticate(created.body.api_key);
     await readStarted; // the key was read while still active
-    await h.store.revokeApiKey(h.tenantIds.a, keyId, h.clock.now()); // its revocation commits
+    await h.writer.submit(keyRevocation(h.tenantIds.a, keyId, 'cli')); // its revocation commits
     auth.forget(keyId); // and its NOTIFY arrives before the read answers
     release();
     expect((await pending)?.keyId).toBe(keyId); // answered from the read it made
