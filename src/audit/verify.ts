@@ -11,7 +11,8 @@ import { fromHex } from '../crypto/hash.js';
 import { verifyChains, type ChainHead } from '../store/audit.js';
 import { GENESIS_HASH, Store, type AuditRecord, type Db } from '../store/store.js';
 import { auditRanges, checkpointLines } from './checkpointer.js';
-import { CHECKPOINT_LAG_MS, verifyCheckpointLog, type AuditKeys, type CheckpointLine, type CheckpointPayload } from './checkpoint.js';
+import { decodeProtectedHeader } from 'jose';
+import { CHECKPOINT_LAG_MS, openCheckpoint, verifyCheckpointLog, type AuditKeys, type CheckpointLine, type CheckpointPayload } from './checkpoint.js';
 import { leafHash, memoryReader, rootOf } from './merkle.js';
 import { DecisionReplay } from './replay.js';
 
@@ -43,6 +44,13 @@ export type AuditReport =
       readonly uncovered: number;
       /** When the oldest of those rows was decided (ISO 8601), or null: alarm when it is older than a few intervals. */
       readonly oldestUncoveredAt: string | null;
+      /**
+       * With an export that lags the database (verifyStoredAudit): the database's checkpoints past it
+       * that were checked (signed by a given audit key, each extending the one before) and the rows only
+       * they cover, which hold against whoever writes the database but not against a holder of that key;
+       * and how many later ones are signed by keys not given (their rows count as uncovered).
+       */
+      readonly fromDatabase?: { readonly checkpoints: number; readonly rows: number; readonly unknownKey: number };
     }
   | {
       readonly ok: false;
@@ -258,7 +266,11 @@ export async function verifyStoredAudit(db: Db, keys: AuditKeys, tenantId: strin
       const store = new Store(tx);
       const inDb = await checkpointLines(tx, tenantId);
       const differs = exported === null ? -1 : inDb.findIndex((l, i) => exported[i] !== undefined && exported[i].jws !== l.jws);
-      const beyond = exported === null || differs >= 0 ? [] : inDb.slice(exported.length);
+      const past = exported === null || differs >= 0 ? [] : inDb.slice(exported.length);
+      // Up to the first signed by a key not given (a newer audit key than the keys file holds): it and
+      // those after it cannot be checked, so they hold nothing, and their rows count as uncovered.
+      const unknown = past.findIndex((l) => !signedByKnownKey(keys, l.jws));
+      const beyond = unknown < 0 ? past : past.slice(0, unknown);
       const report = await verifyAudit(
         keys,
         tenantId,
@@ -286,8 +298,30 @@ export async function verifyStoredAudit(db: Db, keys: AuditKeys, tenantId: strin
           reason: `the database holds ${inDb.length} of the ${exported.length} exported checkpoints: it was rolled back`,
         };
       }
-      return report;
+      if (past.length === 0 || !report.ok) return report;
+      const lastExported = exported.at(-1);
+      const exportedSize = lastExported === undefined ? 0 : await sizeOf(keys, lastExported.jws);
+      return {
+        ...report,
+        fromDatabase: { checkpoints: beyond.length, rows: (report.checkpoint?.size ?? 0) - exportedSize, unknownKey: past.length - beyond.length },
+      };
     },
     { isolationLevel: 'repeatable read', accessMode: 'read only' },
   );
+}
+
+/** Whether a checkpoint names a key among `keys` (a malformed one counts as known: checking it reports it). */
+function signedByKnownKey(keys: AuditKeys, jws: string): boolean {
+  try {
+    const kid = decodeProtectedHeader(jws).kid;
+    return typeof kid !== 'string' || keys.has(kid);
+  } catch {
+    return true;
+  }
+}
+
+/** The tree size a checkpoint, already verified, signs. */
+async function sizeOf(keys: AuditKeys, jws: string): Promise<number> {
+  const opened = await openCheckpoint(keys, jws);
+  return opened.ok ? opened.payload.size : 0;
 }

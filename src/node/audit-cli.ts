@@ -117,13 +117,20 @@ async function verify(config: Config, store: Store, args: string[]): Promise<num
     const file = exported(options.get('--checkpoints'), config.checkpointDir, t, name !== undefined);
     const report = await verifyStoredAudit(store.db, keys, t.id, file);
     allOk &&= report.ok;
-    const n = report.ok ? (report.checkpoint?.n ?? 0) : 0;
-    const note =
-      file === null
-        ? '\t(no exported checkpoints: checked against the database copy only)'
-        : n > file.length
-          ? `\t(checkpoints ${file.length + 1}..${n} from the database, signed and extending the export, not yet in it)`
-          : '';
+    const past = report.ok ? report.fromDatabase : undefined;
+    const notes = [
+      file === null ? '(no exported checkpoints: checked against the database copy only)' : '',
+      past === undefined || past.checkpoints === 0
+        ? ''
+        : `(checkpoints ${(file?.length ?? 0) + 1}..${(file?.length ?? 0) + past.checkpoints} and the ${past.rows} rows only they cover are from the database, not the export: signed by an audit key and extending the export, they hold against whoever writes the database, not against a holder of that key)`,
+      past === undefined || past.unknownKey === 0
+        ? ''
+        : `(${past.unknownKey} later checkpoint(s) in the database are signed by audit keys not given: not checked, their rows count as uncovered)`,
+    ];
+    const note = notes
+      .filter((x) => x !== '')
+      .map((x) => `\t${x}`)
+      .join('');
     console.log(reportLine(t.name, report, note));
   }
   // Checkpoints exported for a tenant the database no longer has: the tenant was deleted or renamed.

@@ -302,21 +302,32 @@ describe.each(BACKENDS)('audit checkpoints on %s', (backend) => {
   // The offline verify (npm run audit -- verify --checkpoints FILE) given a copy of the export taken
   // before checkpoint 2 was made: the rows checkpoint 2 covers are held to it from the database, where
   // before they passed as rows no checkpoint covers yet.
-  test('an export that lags the database: the later signed checkpoints hold the rows they cover, and a forged one is reported', async () => {
+  test('an export that lags the database: the later signed checkpoints hold the rows they cover, said apart; a bad one under a known key is reported', async () => {
     const exported = (await checkpointLines(h.database.db, h.tenantIds.a)).slice(0, 1);
     const keys = h.auditKeys.verifyKeys;
-    expect(await verifyStoredAudit(h.database.db, keys, h.tenantIds.a, exported)).toMatchObject({ ok: true, checkpoint: { n: 2, size: 15 }, uncovered: 1 });
+    const check = (): ReturnType<typeof verifyStoredAudit> => verifyStoredAudit(h.database.db, keys, h.tenantIds.a, exported);
+    // Checkpoint 2 (rows 13..14) is in the database only: it holds them, and the report says so.
+    expect(await check()).toMatchObject({ ok: true, checkpoint: { n: 2, size: 15 }, uncovered: 1, fromDatabase: { checkpoints: 1, rows: 2, unknownKey: 0 } });
     const tree = trees[0]!.capability_id;
     const later = (await treeRows(tree)).find((r) => r.target !== null && JSON.stringify(r.target).includes('/w/t1/later')) as AuditRecord;
     await exec(sql`UPDATE audit SET decision = 'deny', reason_code = 'object_outside' WHERE id = ${later.id}`);
     await rechain(tree);
-    expect(await verifyStoredAudit(h.database.db, keys, h.tenantIds.a, exported)).toMatchObject({ ok: false, firstBadCheckpoint: 2 });
+    expect(await check()).toMatchObject({ ok: false, firstBadCheckpoint: 2 });
     await restore();
-    const stranger = await loadKeyRing({ keys: [await generateSigningJwk()] });
     const [c2] = await exec(sql`SELECT jws FROM audit_checkpoints WHERE tenant_id = ${h.tenantIds.a} AND n = 2`);
-    const payload = JSON.parse(Buffer.from(String(c2?.jws).split('.')[1] as string, 'base64url').toString()) as CheckpointPayload;
+    const jws = String(c2?.jws);
+    // Under the audit key's own kid, a signature that does not hold is a forgery.
+    const [head, body, sig] = jws.split('.') as [string, string, string];
+    const forged = `${head}.${body}.${sig.startsWith('A') ? 'B' : 'A'}${sig.slice(1)}`;
+    await exec(sql`UPDATE audit_checkpoints SET jws = ${forged} WHERE tenant_id = ${h.tenantIds.a} AND n = 2`);
+    expect(await check()).toMatchObject({ ok: false, firstBadCheckpoint: 2 });
+    await restore();
+    // Under a key the verifier was not given (a newer audit key, say), it cannot be checked: it holds
+    // nothing, and its rows count as uncovered, as they did before it was made.
+    const payload = JSON.parse(Buffer.from(body, 'base64url').toString()) as CheckpointPayload;
+    const stranger = await loadKeyRing({ keys: [await generateSigningJwk()] });
     await exec(sql`UPDATE audit_checkpoints SET jws = ${await signCheckpoint(stranger, payload)} WHERE tenant_id = ${h.tenantIds.a} AND n = 2`);
-    expect(await verifyStoredAudit(h.database.db, keys, h.tenantIds.a, exported)).toMatchObject({ ok: false, firstBadCheckpoint: 2 });
+    expect(await check()).toMatchObject({ ok: true, checkpoint: { n: 1, size: 13 }, uncovered: 3, fromDatabase: { checkpoints: 0, rows: 0, unknownKey: 1 } });
   });
 
   // Whoever writes the database can change the state the next decision reads; the decisions taken
