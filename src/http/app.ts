@@ -51,7 +51,7 @@ export interface AppDeps {
   /** Most decision requests (mint, attenuate, approve, revoke) pending at once; beyond it, 503 at once. */
   readonly maxPending?: number;
   /**
-   * Subscribes the API-key cache to revocations made anywhere (Store.revokeApiKey's notice): `forget`
+   * Subscribes the API-key cache to revocations made anywhere (the notice `revokeKeyIn` sends): `forget`
    * gets the revoked key's id, or null when notices may have been missed (drop every cached key).
    * Without it, a key revoked elsewhere is accepted here until its cache entry expires (30 s).
    */

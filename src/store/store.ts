@@ -10,7 +10,7 @@ import type { ChainHead } from './audit.js';
 import type { BatchConn } from './batch.js';
 import { apiKeys, approvals, audit, auditHeads, capabilities, idempotency, tenants, tools } from './schema.js';
 
-/** The NOTIFY channel a revoked API key's id is sent on (Store.revokeApiKey). */
+/** The NOTIFY channel a revoked API key's id is sent on (`revokeKeyIn`, for the API and the CLI alike). */
 export const KEY_REVOKED_CHANNEL = 'warrant_api_key_revoked';
 
 // Both drivers' databases and transactions share these shapes; their result kinds differ only for
@@ -420,7 +420,11 @@ function orderByMaker(root: string, keys: readonly ApiKeyRecord[]): ApiKeyRecord
   const out: ApiKeyRecord[] = [];
   const sorted = [...keys].sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.id < b.id ? -1 : 1));
   const byMaker = new Map<string, ApiKeyRecord[]>();
-  for (const k of sorted) byMaker.set(k.createdBy ?? '', [...(byMaker.get(k.createdBy ?? '') ?? []), k]);
+  for (const k of sorted) {
+    const siblings = byMaker.get(k.createdBy ?? '');
+    if (siblings === undefined) byMaker.set(k.createdBy ?? '', [k]);
+    else siblings.push(k);
+  }
   const listed = new Set<string>();
   const visit = (k: ApiKeyRecord): void => {
     if (listed.has(k.id)) return;

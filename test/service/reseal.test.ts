@@ -171,12 +171,22 @@ describe.each(BACKENDS)('re-sealing after a key rotation on %s', (backend) => {
     expect([resolved.status, resolved.body.state, resolved.body.outcome?.decision]).toEqual([200, 'approved', 'grant']);
   });
 
-  test('a sweep that fails (its database closed) is logged as a warning and rejects nothing', async () => {
+  test('a sweep that fails (its database closed, or a statement refused) is logged as a warning, as the database said it, and rejects nothing', async () => {
     const closed = await openTestDatabase(backend);
     await closed.close();
     const lines: Record<string, unknown>[] = [];
     await expect(resealLogged(closed.db, await loadKeyRing({ keys: [A, B] }), (e) => lines.push(e))).resolves.toBeUndefined();
     expect(lines).toEqual([expect.objectContaining({ level: 'warn', msg: expect.stringMatching(/re-seal sweep failed/) })]);
-    expect(String(lines[0]?.error)).not.toMatch(/Failed query|params/);
+    // A refused statement, which drizzle wraps in an error quoting the query: the database's own words are logged.
+    const broken = await openTestDatabase(backend);
+    try {
+      await broken.db.execute(sql`DROP TABLE tools CASCADE`);
+      lines.length = 0;
+      await expect(resealLogged(broken.db, await loadKeyRing({ keys: [A, B] }), (e) => lines.push(e))).resolves.toBeUndefined();
+      expect(lines).toEqual([expect.objectContaining({ level: 'warn', code: '42P01', error: expect.stringMatching(/tools.*does not exist/) })]);
+      expect(String(lines[0]?.error)).not.toMatch(/Failed query|params|SELECT/);
+    } finally {
+      await broken.close();
+    }
   });
 });
