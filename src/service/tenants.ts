@@ -28,16 +28,34 @@ export async function createTenant(store: Store, name: string, now: Date): Promi
 /** How long another instance may keep accepting a key revoked elsewhere. */
 export const KEY_CACHE_TTL_MS = 30_000;
 
+/**
+ * Reads of keys not cached: at most `reads` at once, and `waiting` more queued for one. A request with a
+ * made-up key id cannot be cached (there is nothing to cache), so without a bound a flood of them,
+ * which needs no key at all, would be a database query each; beyond the queue such a request is
+ * refused at once (503), and keys already cached are not affected. Requests for the same key id share
+ * one read.
+ */
+export const KEY_READS = { reads: 8, waiting: 256 };
+
+/** Too many keys are being read at once: the request is refused (503) without reading. */
+export class KeyReadsBusy extends Error {}
+
 /** Resolves API keys to principals; keys found are cached briefly (see the module comment). */
 export class Authenticator {
   private readonly cache = new Map<string, { key: ApiKeyRecord; until: number }>();
   /** Bumped by forget and forgetAll: a store read begun before one is not cached. */
   private generation = 0;
+  /** Reads in flight by key id, each with the generation it began in (see `read`). */
+  private readonly reading = new Map<string, { readonly generation: number; readonly key: Promise<ApiKeyRecord | null> }>();
+  /** Reads holding a slot, and reads waiting for one (each waiter is handed the slot of a read that ends). */
+  private active = 0;
+  private readonly waiters: (() => void)[] = [];
 
   constructor(
     private readonly store: Store,
     private readonly nowMs: () => number,
     private readonly ttlMs = KEY_CACHE_TTL_MS,
+    private readonly limits = KEY_READS,
   ) {}
 
   /** The principal of this key, or null (unknown, wrong secret, revoked or expired). Throws only when the store is unreachable. */
@@ -50,8 +68,14 @@ export class Authenticator {
     const hit = cached !== undefined && cached.until > now;
     // A forget during the read below may be for a revocation that committed after the read saw the
     // key: answer from the read, but do not cache it, or the revoked key would be accepted for a TTL.
-    const generation = this.generation;
-    const key = hit ? cached.key : ((await this.store.apiKeyById(keyId))?.key ?? null);
+    let key: ApiKeyRecord | null;
+    let generation = this.generation;
+    if (hit) key = cached.key;
+    else {
+      const read = this.read(keyId);
+      generation = read.generation;
+      key = await read.key;
+    }
     if (key === null) return null;
     if (!constantTimeEqual(sha256Hex(apiKey), key.keyHash)) return null;
     if (!hit && this.generation === generation) this.cache.set(keyId, { key, until: now + this.ttlMs });
@@ -62,6 +86,32 @@ export class Authenticator {
       roles: key.roles.filter((r): r is Role => (ROLES as readonly string[]).includes(r)),
       expiresAt: key.expiresAt,
     };
+  }
+
+  /**
+   * The store's read of a key: one already in flight for it since the last forget is shared (one begun
+   * before a forget is not: it may predate the revocation), else a new one, in a slot (see KEY_READS).
+   */
+  private read(keyId: string): { readonly generation: number; readonly key: Promise<ApiKeyRecord | null> } {
+    const inFlight = this.reading.get(keyId);
+    if (inFlight !== undefined && inFlight.generation === this.generation) return inFlight;
+    const slot = this.active < this.limits.reads;
+    if (!slot && this.waiters.length >= this.limits.waiting) throw new KeyReadsBusy('too many API keys are being read at once');
+    if (slot) this.active++;
+    const read: { generation: number; key: Promise<ApiKeyRecord | null> } = { generation: this.generation, key: Promise.resolve(null) };
+    read.key = (async (): Promise<ApiKeyRecord | null> => {
+      if (!slot) await new Promise<void>((r) => this.waiters.push(r));
+      try {
+        return (await this.store.apiKeyById(keyId))?.key ?? null;
+      } finally {
+        const next = this.waiters.shift();
+        if (next === undefined) this.active--;
+        else next(); // the slot passes to the next waiting read
+        if (this.reading.get(keyId) === read) this.reading.delete(keyId);
+      }
+    })();
+    this.reading.set(keyId, read);
+    return read;
   }
 
   /** Drops a key from this instance's cache: its revocation holds here from the next request. */

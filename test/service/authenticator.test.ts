@@ -4,7 +4,7 @@
  * that read is still pending, must not be cached (it would be accepted for a whole TTL).
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Authenticator } from '../../src/service/tenants.js';
+import { Authenticator, KeyReadsBusy } from '../../src/service/tenants.js';
 import type { Store } from '../../src/store/store.js';
 import { startHarness, type Harness } from '../support/app.js';
 import { keyRevocation } from '../../src/service/key-admin.js';
@@ -48,5 +48,46 @@ describe('Authenticator', () => {
 
     // No TTL has passed: a cached record would still be accepted here.
     expect(await auth.authenticate(created.body.api_key)).toBeNull();
+  });
+
+  // A key id no one has is never cached (there is nothing to cache): a flood of made-up ids, which
+  // needs no key, must not become a database query each, nor take the pool from the decisions.
+  test('reads of keys not cached: one per key id at once, a bounded number at once, and a 503 beyond the queue', async () => {
+    const made = await Promise.all(
+      ['r1', 'r2', 'r3', 'r4'].map(async (name) => (await h.call('POST', '/v1/api-keys', { name, roles: ['runtime'] })).body.api_key as string),
+    );
+    let reads = 0;
+    let inFlight = 0;
+    let most = 0;
+    const gates: (() => void)[] = [];
+    const store = Object.create(h.store) as Store;
+    store.apiKeyById = async (id) => {
+      reads++;
+      most = Math.max(most, ++inFlight);
+      await new Promise<void>((r) => gates.push(r));
+      inFlight--;
+      return h.store.apiKeyById(id);
+    };
+    const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { reads: 2, waiting: 1 });
+    const first = made[0] as string;
+    // Ten requests with one key share one read.
+    const same = Array.from({ length: 10 }, () => auth.authenticate(first));
+    await new Promise((r) => setTimeout(r, 10));
+    expect(reads).toBe(1);
+    // A second key takes the other slot, a third waits, a fourth is refused without a read.
+    const second = auth.authenticate(made[1] as string);
+    const third = auth.authenticate(made[2] as string);
+    await expect(auth.authenticate(made[3] as string)).rejects.toBeInstanceOf(KeyReadsBusy);
+    await new Promise((r) => setTimeout(r, 10));
+    expect([reads, inFlight]).toEqual([2, 2]);
+    while (gates.length > 0 || inFlight > 0) {
+      gates.shift()?.();
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    for (const p of [...same, second, third]) expect((await p)?.tenantId).toBe(h.tenantIds.a);
+    expect([reads, most]).toEqual([3, 2]);
+    // Once read, a key is cached: no read at all, whatever else is being read.
+    expect((await auth.authenticate(first))?.tenantId).toBe(h.tenantIds.a);
+    expect(reads).toBe(3);
   });
 });
