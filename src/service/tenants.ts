@@ -32,21 +32,34 @@ export const KEY_CACHE_TTL_MS = 30_000;
  * Reads of keys not cached: at most `reads` at once, and `waiting` more queued for one. A request with a
  * made-up key id cannot be cached (there is nothing to cache), so without a bound a flood of them,
  * which needs no key at all, would be a database query each; beyond the queue such a request is
- * refused at once (503), and keys already cached are not affected. Requests for the same key id share
- * one read.
+ * refused at once (503). Keys already cached, and keys that have authenticated on this instance before
+ * (read again once their entry expires), are not bounded. Requests for the same key id share one read.
  */
 export const KEY_READS = { reads: 8, waiting: 256 };
 
 /** Too many keys are being read at once: the request is refused (503) without reading. */
 export class KeyReadsBusy extends Error {}
 
+/** A read of a key from the store: the generation it began in (see `forget`), when it was sent, and its answer. */
+interface KeyRead {
+  readonly generation: number;
+  readonly sentAt: number;
+  readonly key: Promise<ApiKeyRecord | null>;
+}
+
 /** Resolves API keys to principals; keys found are cached briefly (see the module comment). */
 export class Authenticator {
   private readonly cache = new Map<string, { key: ApiKeyRecord; until: number }>();
   /** Bumped by forget and forgetAll: a store read begun before one is not cached. */
   private generation = 0;
-  /** Reads in flight by key id, each with the generation it began in (see `read`). */
-  private readonly reading = new Map<string, { readonly generation: number; readonly key: Promise<ApiKeyRecord | null> }>();
+  /** Reads in flight by key id (see `read`). */
+  private readonly reading = new Map<string, KeyRead>();
+  /**
+   * Key ids that have authenticated here: their reads take no slot, so a flood of made-up ids cannot
+   * lock real keys out once their cache entries expire (or are all dropped). Only ids whose secret
+   * matched are added, so its size is bounded by the tenant's own keys, never by an attacker.
+   */
+  private readonly known = new Set<string>();
   /** Reads holding a slot, and reads waiting for one (each waiter is handed the slot of a read that ends). */
   private active = 0;
   private readonly waiters: (() => void)[] = [];
@@ -68,17 +81,19 @@ export class Authenticator {
     const hit = cached !== undefined && cached.until > now;
     // A forget during the read below may be for a revocation that committed after the read saw the
     // key: answer from the read, but do not cache it, or the revoked key would be accepted for a TTL.
+    // A read shared with an earlier request may have begun before this one: the entry lasts a TTL from
+    // when the read was sent, never from now, or a key revoked meanwhile would be accepted past the TTL.
     let key: ApiKeyRecord | null;
-    let generation = this.generation;
+    let read: KeyRead | null = null;
     if (hit) key = cached.key;
     else {
-      const read = this.read(keyId);
-      generation = read.generation;
+      read = this.read(keyId);
       key = await read.key;
     }
     if (key === null) return null;
     if (!constantTimeEqual(sha256Hex(apiKey), key.keyHash)) return null;
-    if (!hit && this.generation === generation) this.cache.set(keyId, { key, until: now + this.ttlMs });
+    this.known.add(keyId);
+    if (read !== null && this.generation === read.generation) this.cache.set(keyId, { key, until: read.sentAt + this.ttlMs });
     if (!isUsable(key, now)) return null;
     return {
       tenantId: key.tenantId,
@@ -92,21 +107,29 @@ export class Authenticator {
    * The store's read of a key: one already in flight for it since the last forget is shared (one begun
    * before a forget is not: it may predate the revocation), else a new one, in a slot (see KEY_READS).
    */
-  private read(keyId: string): { readonly generation: number; readonly key: Promise<ApiKeyRecord | null> } {
+  private read(keyId: string): KeyRead {
     const inFlight = this.reading.get(keyId);
     if (inFlight !== undefined && inFlight.generation === this.generation) return inFlight;
-    const slot = this.active < this.limits.reads;
+    const bounded = !this.known.has(keyId);
+    const slot = !bounded || this.active < this.limits.reads;
     if (!slot && this.waiters.length >= this.limits.waiting) throw new KeyReadsBusy('too many API keys are being read at once');
-    if (slot) this.active++;
-    const read: { generation: number; key: Promise<ApiKeyRecord | null> } = { generation: this.generation, key: Promise.resolve(null) };
+    if (bounded && slot) this.active++;
+    const read: { generation: number; sentAt: number; key: Promise<ApiKeyRecord | null> } = {
+      generation: this.generation,
+      sentAt: this.nowMs(),
+      key: Promise.resolve(null),
+    };
     read.key = (async (): Promise<ApiKeyRecord | null> => {
       if (!slot) await new Promise<void>((r) => this.waiters.push(r));
+      read.sentAt = this.nowMs();
       try {
         return (await this.store.apiKeyById(keyId))?.key ?? null;
       } finally {
-        const next = this.waiters.shift();
-        if (next === undefined) this.active--;
-        else next(); // the slot passes to the next waiting read
+        if (bounded) {
+          const next = this.waiters.shift();
+          if (next === undefined) this.active--;
+          else next(); // the slot passes to the next waiting read
+        }
         if (this.reading.get(keyId) === read) this.reading.delete(keyId);
       }
     })();

@@ -89,5 +89,44 @@ describe('Authenticator', () => {
     // Once read, a key is cached: no read at all, whatever else is being read.
     expect((await auth.authenticate(first))?.tenantId).toBe(h.tenantIds.a);
     expect(reads).toBe(3);
+
+    // A flood holds every slot and the queue; a key that has authenticated here before, its entry
+    // expired, is still read (it takes no slot), while a key never seen here is refused.
+    const flood = ['AAAAAAAAAAAA', 'BBBBBBBBBBBB', 'CCCCCCCCCCCC'].map((id) => auth.authenticate(`wk.${id}.${'x'.repeat(43)}`));
+    await new Promise((r) => setTimeout(r, 10));
+    await expect(auth.authenticate(`wk.DDDDDDDDDDDD.${'x'.repeat(43)}`)).rejects.toBeInstanceOf(KeyReadsBusy);
+    h.clock.advance(31);
+    const again = auth.authenticate(first);
+    await new Promise((r) => setTimeout(r, 10));
+    expect(reads).toBe(6); // the flood's two in their slots, and the known key's
+    while (gates.length > 0 || inFlight > 0) {
+      gates.shift()?.();
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    expect((await again)?.tenantId).toBe(h.tenantIds.a);
+    for (const p of flood) expect(await p).toBeNull();
+  });
+
+  test('a read shared with a later request is cached for a TTL from when it was sent, not from the later request', async () => {
+    const key = (await h.call('POST', '/v1/api-keys', { name: 'shared', roles: ['runtime'] })).body.api_key as string;
+    let reads = 0;
+    let release!: () => void;
+    const store = Object.create(h.store) as Store;
+    store.apiKeyById = async (id) => {
+      reads++;
+      if (reads === 1) await new Promise<void>((r) => (release = r));
+      return h.store.apiKeyById(id);
+    };
+    const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000);
+    const early = auth.authenticate(key);
+    await new Promise((r) => setTimeout(r, 10));
+    h.clock.advance(20); // a slow read: the second request arrives 20 s after it was sent
+    const late = auth.authenticate(key);
+    release();
+    expect([(await early)?.tenantId, (await late)?.tenantId]).toEqual([h.tenantIds.a, h.tenantIds.a]);
+    expect(reads).toBe(1);
+    h.clock.advance(11); // 31 s after the read was sent, 11 s after the later request
+    expect((await auth.authenticate(key))?.tenantId).toBe(h.tenantIds.a);
+    expect(reads).toBe(2);
   });
 });
