@@ -33,17 +33,23 @@ export const KEY_CACHE_TTL_MS = 30_000;
  * made-up key id cannot be cached (there is nothing to cache), so without a bound a flood of them,
  * which needs no key at all, would be a database query each; beyond the queue such a request is
  * refused at once (503). Keys already cached, and keys that have authenticated on this instance before
- * (read again once their entry expires), are not bounded. Requests for the same key id share one read.
+ * (read again once their entry expires), are not bounded. Requests for the same key id share one read,
+ * but not one in flight for longer than `shareMs`: a read left waiting on a connection that died with
+ * the database would otherwise hold every later request for its key past the database's return.
  */
-export const KEY_READS = { reads: 8, waiting: 256 };
+export const KEY_READS = { reads: 8, waiting: 256, shareMs: 500 };
 
 /** Too many keys are being read at once: the request is refused (503) without reading. */
 export class KeyReadsBusy extends Error {}
 
-/** A read of a key from the store: the generation it began in (see `forget`), when it was sent, and its answer. */
+/**
+ * A read of a key from the store: the generation it began in (see `forget`), when it was sent (on the
+ * authenticator's clock, for the TTL), when it began (monotonic, for `shareMs`), and its answer.
+ */
 interface KeyRead {
   readonly generation: number;
   readonly sentAt: number;
+  readonly began: number;
   readonly key: Promise<ApiKeyRecord | null>;
 }
 
@@ -87,8 +93,18 @@ export class Authenticator {
     let read: KeyRead | null = null;
     if (hit) key = cached.key;
     else {
-      read = this.read(keyId);
-      key = await read.key;
+      let shared: boolean;
+      ({ read, shared } = this.read(keyId));
+      try {
+        key = await read.key;
+      } catch (e) {
+        // Another request's read failed (its connection died, say): that is no answer about this
+        // request, which reads once more (sharing that read with the others it failed) rather than
+        // fail with it. Its own read failing is the answer (503).
+        if (!shared) throw e;
+        ({ read } = this.read(keyId));
+        key = await read.key;
+      }
     }
     if (key === null) return null;
     if (!constantTimeEqual(sha256Hex(apiKey), key.keyHash)) return null;
@@ -104,19 +120,22 @@ export class Authenticator {
   }
 
   /**
-   * The store's read of a key: one already in flight for it since the last forget is shared (one begun
-   * before a forget is not: it may predate the revocation), else a new one, in a slot (see KEY_READS).
+   * The store's read of a key: one already in flight for it since the last forget, and for less than
+   * `shareMs`, is shared (one begun before a forget is not: it may predate the revocation), else a new
+   * one, in a slot (see KEY_READS).
    */
-  private read(keyId: string): KeyRead {
+  private read(keyId: string): { read: KeyRead; shared: boolean } {
     const inFlight = this.reading.get(keyId);
-    if (inFlight !== undefined && inFlight.generation === this.generation) return inFlight;
+    if (inFlight !== undefined && inFlight.generation === this.generation && performance.now() - inFlight.began < this.limits.shareMs)
+      return { read: inFlight, shared: true };
     const bounded = !this.known.has(keyId);
     const slot = !bounded || this.active < this.limits.reads;
     if (!slot && this.waiters.length >= this.limits.waiting) throw new KeyReadsBusy('too many API keys are being read at once');
     if (bounded && slot) this.active++;
-    const read: { generation: number; sentAt: number; key: Promise<ApiKeyRecord | null> } = {
+    const read: { generation: number; sentAt: number; began: number; key: Promise<ApiKeyRecord | null> } = {
       generation: this.generation,
       sentAt: this.nowMs(),
+      began: performance.now(),
       key: Promise.resolve(null),
     };
     read.key = (async (): Promise<ApiKeyRecord | null> => {
@@ -134,7 +153,7 @@ export class Authenticator {
       }
     })();
     this.reading.set(keyId, read);
-    return read;
+    return { read, shared: false };
   }
 
   /** Drops a key from this instance's cache: its revocation holds here from the next request. */

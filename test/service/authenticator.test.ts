@@ -4,7 +4,7 @@
  * that read is still pending, must not be cached (it would be accepted for a whole TTL).
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Authenticator, KeyReadsBusy } from '../../src/service/tenants.js';
+import { Authenticator, KEY_READS, KeyReadsBusy } from '../../src/service/tenants.js';
 import type { Store } from '../../src/store/store.js';
 import { startHarness, type Harness } from '../support/app.js';
 import { keyRevocation } from '../../src/service/key-admin.js';
@@ -68,7 +68,7 @@ describe('Authenticator', () => {
       inFlight--;
       return h.store.apiKeyById(id);
     };
-    const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { reads: 2, waiting: 1 });
+    const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, reads: 2, waiting: 1 });
     const first = made[0] as string;
     // Ten requests with one key share one read.
     const same = Array.from({ length: 10 }, () => auth.authenticate(first));
@@ -128,5 +128,54 @@ describe('Authenticator', () => {
     h.clock.advance(11); // 31 s after the read was sent, 11 s after the later request
     expect((await auth.authenticate(key))?.tenantId).toBe(h.tenantIds.a);
     expect(reads).toBe(2);
+  });
+
+  // A read shared by many requests must not make one request's bad luck theirs: CI once saw every
+  // request for a key answered 503 together, 1.5 s after the database came back.
+  test('a shared read that fails is read again by the requests that joined it; only its own request fails', async () => {
+    const key = (await h.call('POST', '/v1/api-keys', { name: 'failing', roles: ['runtime'] })).body.api_key as string;
+    let reads = 0;
+    let fail!: () => void;
+    const store = Object.create(h.store) as Store;
+    store.apiKeyById = async (id) => {
+      reads++;
+      if (reads === 1) {
+        await new Promise<void>((r) => (fail = r));
+        throw new Error('connection ended');
+      }
+      return h.store.apiKeyById(id);
+    };
+    const auth = new Authenticator(store, () => h.clock.now().getTime());
+    const first = auth.authenticate(key);
+    first.catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 10));
+    const joined = Array.from({ length: 5 }, () => auth.authenticate(key));
+    fail();
+    await expect(first).rejects.toThrow('connection ended');
+    for (const p of joined) expect((await p)?.tenantId).toBe(h.tenantIds.a);
+    expect(reads).toBe(2); // the five share their second read too
+  });
+
+  test('a read in flight for longer than shareMs is not joined: a read left hanging holds no later request', async () => {
+    const key = (await h.call('POST', '/v1/api-keys', { name: 'hanging', roles: ['runtime'] })).body.api_key as string;
+    let reads = 0;
+    let release!: () => void;
+    const store = Object.create(h.store) as Store;
+    store.apiKeyById = async (id) => {
+      reads++;
+      if (reads === 1) await new Promise<void>((r) => (release = r));
+      return h.store.apiKeyById(id);
+    };
+    const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, shareMs: 50 });
+    const hanging = auth.authenticate(key);
+    await new Promise((r) => setTimeout(r, 20));
+    const joined = auth.authenticate(key); // within shareMs: shares the hanging read
+    await new Promise((r) => setTimeout(r, 60));
+    const later = auth.authenticate(key);
+    const answer = await Promise.race([later, new Promise((r) => setTimeout(() => r('still waiting'), 2000))]);
+    expect((answer as { tenantId?: string } | null)?.tenantId).toBe(h.tenantIds.a);
+    expect(reads).toBe(2);
+    release();
+    expect([(await hanging)?.tenantId, (await joined)?.tenantId]).toEqual([h.tenantIds.a, h.tenantIds.a]);
   });
 });
