@@ -18,7 +18,7 @@ import { Authority, type Reply, type RequestContext } from '../service/authority
 import { Reads } from '../service/reads.js';
 import { ApiError, invalidRequest, unavailable, unavailableFrom, type FieldError } from '../service/errors.js';
 import { newId } from '../crypto/hash.js';
-import { Authenticator, KEY_CACHE_TTL_MS } from '../service/tenants.js';
+import { Authenticator, KEY_CACHE_TTL_MS, KeyReadsBusy } from '../service/tenants.js';
 import { forbidden } from '../service/access.js';
 import { hasRole, rolesFor, routeOf, type Role } from '../service/keys.js';
 import { CreateKeyBody, KeyAdmin, KeyId } from '../service/key-admin.js';
@@ -444,8 +444,9 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
     const m = /^Bearer +(\S+)$/i.exec(c.req.header('authorization') ?? '');
     let principal;
     try {
-      principal = m === null ? null : await within(deadline, auth.authenticate(m[1] as string));
-    } catch {
+      principal = m === null ? null : await within(deadline, auth.authenticate(m[1] as string, deadline));
+    } catch (e) {
+      if (e instanceof KeyReadsBusy) deps.metrics?.keyReadsShed();
       throw unavailable();
     }
     if (principal === null) {

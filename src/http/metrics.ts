@@ -56,6 +56,7 @@ export class Metrics {
   pendingDecisions?: () => number;
 
   private shedCount = 0;
+  private keyReadsShedCount = 0;
   private readonly deadlines = { not_committed: 0, unknown: 0 };
   /** 1 or 0 from the last thing that reached the database (a batch, a readiness check); unset before. */
   private available: boolean | undefined;
@@ -86,6 +87,11 @@ export class Metrics {
   /** A decision refused at once because too many were pending (load shedding). */
   shed(): void {
     this.shedCount += 1;
+  }
+
+  /** A request refused at once because too many API keys not cached were being read (src/service/tenants.ts KEY_READS). */
+  keyReadsShed(): void {
+    this.keyReadsShedCount += 1;
   }
 
   /** A request answered 503 once its deadline had passed, and what the answer said of the outcome. */
@@ -130,6 +136,9 @@ export class Metrics {
       '# HELP warrant_decisions_shed_total Decisions refused at once (503) because too many were pending.',
       '# TYPE warrant_decisions_shed_total counter',
       `warrant_decisions_shed_total ${this.shedCount}`,
+      '# HELP warrant_auth_key_reads_shed_total Requests refused at once (503) because too many API keys not cached were being read (a flood of unknown key ids).',
+      '# TYPE warrant_auth_key_reads_shed_total counter',
+      `warrant_auth_key_reads_shed_total ${this.keyReadsShedCount}`,
       '# HELP warrant_decisions_deadline_exceeded_total Requests answered 503 at their deadline (decisions, and the reads and claims before them).',
       '# TYPE warrant_decisions_deadline_exceeded_total counter',
       `warrant_decisions_deadline_exceeded_total ${this.deadlines.not_committed + this.deadlines.unknown}`,

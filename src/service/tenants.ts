@@ -7,6 +7,7 @@
  * not told (Workers, or while the listening connection is down) stop accepting it within the TTL.
  */
 import { constantTimeEqual, newId, sha256Hex } from '../crypto/hash.js';
+import { DeadlineExceeded, type Deadline } from '../store/deadline.js';
 import type { ApiKeyRecord, Store, TenantRecord } from '../store/store.js';
 import { isUsable, KEY_FORMAT, newApiKey, ROLES, type Principal, type Role } from './keys.js';
 
@@ -33,7 +34,8 @@ export const KEY_CACHE_TTL_MS = 30_000;
  * made-up key id cannot be cached (there is nothing to cache), so without a bound a flood of them,
  * which needs no key at all, would be a database query each; beyond the queue such a request is
  * refused at once (503). Keys already cached, and keys that have authenticated on this instance before
- * (read again once their entry expires), are not bounded. Requests for the same key id share one read,
+ * (read again once their entry expires), are not bounded. A read that waited for a slot until every request
+ * for it had passed its deadline is not sent: its slot goes to the next. Requests for the same key id share one read,
  * but not one in flight for longer than `shareMs`: a read left waiting on a connection that died with
  * the database would otherwise hold every later request for its key past the database's return.
  */
@@ -44,13 +46,15 @@ export class KeyReadsBusy extends Error {}
 
 /**
  * A read of a key from the store: the generation it began in (see `forget`), when it was sent (on the
- * authenticator's clock, for the TTL), when it began (monotonic, for `shareMs`), and its answer.
+ * authenticator's clock, for the TTL), when it began and the latest deadline of the requests sharing it
+ * (monotonic, `performance.now()`), and its answer.
  */
 interface KeyRead {
   readonly generation: number;
-  readonly sentAt: number;
+  sentAt: number;
   readonly began: number;
-  readonly key: Promise<ApiKeyRecord | null>;
+  until: number;
+  key: Promise<ApiKeyRecord | null>;
 }
 
 /** Resolves API keys to principals; keys found are cached briefly (see the module comment). */
@@ -77,8 +81,12 @@ export class Authenticator {
     private readonly limits = KEY_READS,
   ) {}
 
-  /** The principal of this key, or null (unknown, wrong secret, revoked or expired). Throws only when the store is unreachable. */
-  async authenticate(apiKey: string): Promise<Principal | null> {
+  /**
+   * The principal of this key, or null (unknown, wrong secret, revoked or expired). Throws only when the
+   * store is unreachable or, past `deadline`, when the key's read waited for a slot (the caller bounds
+   * its own wait by the deadline: this never answers late for it, only spares the store).
+   */
+  async authenticate(apiKey: string, deadline?: Deadline): Promise<Principal | null> {
     const m = KEY_FORMAT.exec(apiKey);
     if (m === null) return null;
     const keyId = m[1] as string;
@@ -93,16 +101,17 @@ export class Authenticator {
     let read: KeyRead | null = null;
     if (hit) key = cached.key;
     else {
+      const until = deadline?.at ?? Infinity;
       let shared: boolean;
-      ({ read, shared } = this.read(keyId));
+      ({ read, shared } = this.read(keyId, until));
       try {
         key = await read.key;
       } catch (e) {
         // Another request's read failed (its connection died, say): that is no answer about this
         // request, which reads once more (sharing that read with the others it failed) rather than
-        // fail with it. Its own read failing is the answer (503).
-        if (!shared) throw e;
-        ({ read } = this.read(keyId));
+        // fail with it. Its own read failing is the answer (503), and so is its deadline passing.
+        if (!shared || performance.now() >= until) throw e;
+        ({ read } = this.read(keyId, until));
         key = await read.key;
       }
     }
@@ -124,24 +133,24 @@ export class Authenticator {
    * `shareMs`, is shared (one begun before a forget is not: it may predate the revocation), else a new
    * one, in a slot (see KEY_READS).
    */
-  private read(keyId: string): { read: KeyRead; shared: boolean } {
+  private read(keyId: string, until: number): { read: KeyRead; shared: boolean } {
     const inFlight = this.reading.get(keyId);
-    if (inFlight !== undefined && inFlight.generation === this.generation && performance.now() - inFlight.began < this.limits.shareMs)
+    if (inFlight !== undefined && inFlight.generation === this.generation && performance.now() - inFlight.began < this.limits.shareMs) {
+      inFlight.until = Math.max(inFlight.until, until);
       return { read: inFlight, shared: true };
+    }
     const bounded = !this.known.has(keyId);
     const slot = !bounded || this.active < this.limits.reads;
     if (!slot && this.waiters.length >= this.limits.waiting) throw new KeyReadsBusy('too many API keys are being read at once');
     if (bounded && slot) this.active++;
-    const read: { generation: number; sentAt: number; began: number; key: Promise<ApiKeyRecord | null> } = {
-      generation: this.generation,
-      sentAt: this.nowMs(),
-      began: performance.now(),
-      key: Promise.resolve(null),
-    };
+    const read: KeyRead = { generation: this.generation, sentAt: this.nowMs(), began: performance.now(), until, key: Promise.resolve(null) };
     read.key = (async (): Promise<ApiKeyRecord | null> => {
       if (!slot) await new Promise<void>((r) => this.waiters.push(r));
-      read.sentAt = this.nowMs();
       try {
+        // Every request for it gave up while it waited (a flood's queue drains slower than it fills):
+        // sending it would only take the slot from a read someone still waits for.
+        if (performance.now() >= read.until) throw new DeadlineExceeded('every request for this key passed its deadline while its read waited');
+        read.sentAt = this.nowMs();
         return (await this.store.apiKeyById(keyId))?.key ?? null;
       } finally {
         if (bounded) {

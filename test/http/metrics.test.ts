@@ -51,6 +51,18 @@ describe('metrics and request ids', () => {
     expect(text).not.toContain(cap.capability_id);
   });
 
+  // A flood of made-up key ids past the key reads' bound (src/service/tenants.ts KEY_READS: 8 read, 256
+  // waiting) is refused at once; an operator must see that shedding apart from the database failing.
+  test('requests refused because too many unknown keys were being read are counted', async () => {
+    const ids = Array.from({ length: 400 }, (_, i) => `wk.flood${String(i).padStart(7, '0')}.${'x'.repeat(43)}`);
+    const statuses = await Promise.all(ids.map(async (key) => (await app.request('/v1/audit', { headers: { authorization: `Bearer ${key}` } })).status));
+    const refused = statuses.filter((st) => st === 503).length;
+    expect(refused).toBeGreaterThan(0);
+    expect(statuses.filter((st) => st !== 503 && st !== 401)).toEqual([]);
+    const text = await (await app.request('/metrics')).text();
+    expect(text).toContain(`warrant_auth_key_reads_shed_total ${refused}`);
+  });
+
   test('X-Request-Id: echoed when well formed, else generated; one JSON log line per request carries it', async () => {
     expect((await app.request('/healthz', { headers: { 'x-request-id': 'abc-123' } })).headers.get('x-request-id')).toBe('abc-123');
     expect(logs.at(-1)).toMatchObject({ msg: 'request', request_id: 'abc-123', method: 'GET', route: '/healthz', status: 200 });

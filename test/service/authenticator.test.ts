@@ -8,6 +8,7 @@ import { Authenticator, KEY_READS, KeyReadsBusy } from '../../src/service/tenant
 import type { Store } from '../../src/store/store.js';
 import { startHarness, type Harness } from '../support/app.js';
 import { keyRevocation } from '../../src/service/key-admin.js';
+import { Deadline, DeadlineExceeded } from '../../src/store/deadline.js';
 
 describe('Authenticator', () => {
   let h: Harness;
@@ -177,5 +178,45 @@ describe('Authenticator', () => {
     expect(reads).toBe(2);
     release();
     expect([(await hanging)?.tenantId, (await joined)?.tenantId]).toEqual([h.tenantIds.a, h.tenantIds.a]);
+  });
+
+  test('a read that waited for a slot until every request for it had given up is not sent', async () => {
+    const made = await Promise.all(
+      ['w1', 'w2', 'w3', 'w4'].map(async (name) => (await h.call('POST', '/v1/api-keys', { name, roles: ['runtime'] })).body.api_key as string),
+    );
+    const read: string[] = [];
+    let release!: () => void;
+    const store = Object.create(h.store) as Store;
+    store.apiKeyById = async (id) => {
+      read.push(id);
+      if (read.length === 1) await new Promise<void>((r) => (release = r));
+      return h.store.apiKeyById(id);
+    };
+    const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, reads: 1 });
+    const holding = auth.authenticate(made[0] as string, Deadline.in(5000)); // takes the one slot
+    const waiting = auth.authenticate(made[1] as string, Deadline.in(30)); // waits for it
+    waiting.catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 60)); // its request has answered 503 by now (the app's `within`)
+    release();
+    expect((await holding)?.tenantId).toBe(h.tenantIds.a);
+    await expect(waiting).rejects.toBeInstanceOf(DeadlineExceeded);
+    expect(read).toHaveLength(1);
+    // The slot went on: the same key, asked again in time, is read.
+    expect((await auth.authenticate(made[1] as string, Deadline.in(5000)))?.tenantId).toBe(h.tenantIds.a);
+    expect(read).toHaveLength(2);
+
+    // A waiting read is sent while any request sharing it is still in time (keys not seen here yet:
+    // those seen take no slot).
+    read.length = 0;
+    const holdingAgain = auth.authenticate(made[2] as string, Deadline.in(5000));
+    const hurried = auth.authenticate(made[3] as string, Deadline.in(30));
+    hurried.catch(() => undefined);
+    const patient = auth.authenticate(made[3] as string, Deadline.in(5000));
+    await new Promise((r) => setTimeout(r, 60));
+    release();
+    // One read answers both, the hurried request's too (its caller had answered 503 by then).
+    const answers = [await holdingAgain, await hurried, await patient];
+    expect(answers.map((a) => a?.tenantId)).toEqual([h.tenantIds.a, h.tenantIds.a, h.tenantIds.a]);
+    expect(read).toHaveLength(2);
   });
 });
