@@ -16,6 +16,7 @@ import { Metrics } from '../http/metrics.js';
 import { resealLogged } from '../service/reseal.js';
 import { createTenant } from '../service/tenants.js';
 import { Store } from '../store/store.js';
+import { errorFields } from '../store/error-fields.js';
 import { DecisionWriter } from '../store/writer.js';
 import { Checkpointer } from '../audit/service.js';
 import { log, readConfig } from './config.js';
@@ -184,12 +185,6 @@ function trackRequests(server: HttpServer): { inFlight(): number; drain(boundMs:
   };
 }
 
-/** An error's description for the log: its name, code and message, never a query's parameters. */
-function describe(e: unknown): Record<string, unknown> {
-  if (!(e instanceof Error)) return { error: String(e) };
-  return { error: e.message, name: e.name, code: (e as { code?: unknown }).code };
-}
-
 /**
  * No database error ends the process (issue 13): postgres.js leaves some of its own promises
  * unobserved (the array-type query of a new connection, before fetch_types was turned off), and a
@@ -197,10 +192,10 @@ function describe(e: unknown): Record<string, unknown> {
  */
 process.on('unhandledRejection', (e) => {
   if (isDatabaseError(e)) {
-    log({ level: 'warn', msg: 'ignored an unobserved database error', ...describe(e) });
+    log({ level: 'warn', msg: 'ignored an unobserved database error', ...errorFields(e) });
     return;
   }
-  log({ level: 'fatal', msg: 'unhandled rejection', ...describe(e), stack: e instanceof Error ? e.stack : undefined });
+  log({ level: 'fatal', msg: 'unhandled rejection', ...errorFields(e), stack: e instanceof Error ? e.stack : undefined });
   process.exit(1);
 });
 
@@ -216,7 +211,7 @@ process.on('uncaughtException', (e) => {
     return;
   }
   if (isDatabaseError(e)) {
-    log({ level: 'warn', msg: 'ignored a database error nothing caught', ...describe(e) });
+    log({ level: 'warn', msg: 'ignored a database error nothing caught', ...errorFields(e) });
     return;
   }
   log({ level: 'fatal', msg: 'uncaught exception', error: e.stack ?? e.message });
