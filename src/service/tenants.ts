@@ -34,10 +34,11 @@ export const KEY_CACHE_TTL_MS = 30_000;
  * made-up key id cannot be cached (there is nothing to cache), so without a bound a flood of them,
  * which needs no key at all, would be a database query each; beyond the queue such a request is
  * refused at once (503). Keys already cached, and keys that have authenticated on this instance before
- * (read again once their entry expires), are not bounded. A read that waited for a slot until every request
- * for it had passed its deadline is not sent: its slot goes to the next. Requests for the same key id share one read,
- * but not one in flight for longer than `shareMs`: a read left waiting on a connection that died with
- * the database would otherwise hold every later request for its key past the database's return.
+ * (read again once their entry expires), are not bounded. A read that waited for a slot until every
+ * request for it had passed its deadline is not sent: its slot goes to the next. Requests for the same
+ * key id share one read, waiting or sent, but not one sent more than `shareMs` before: a read left
+ * waiting on a connection that died with the database would otherwise hold every later request for its
+ * key past the database's return. A request that joined a read that fails reads once more.
  */
 export const KEY_READS = { reads: 8, waiting: 256, shareMs: 500 };
 
@@ -45,14 +46,14 @@ export const KEY_READS = { reads: 8, waiting: 256, shareMs: 500 };
 export class KeyReadsBusy extends Error {}
 
 /**
- * A read of a key from the store: the generation it began in (see `forget`), when it was sent (on the
- * authenticator's clock, for the TTL), when it began and the latest deadline of the requests sharing it
- * (monotonic, `performance.now()`), and its answer.
+ * A read of a key from the store: the generation it began in (see `forget`), when it was sent on the
+ * authenticator's clock (for the TTL) and monotonic (`performance.now()`, for `shareMs`; null while it
+ * waits for a slot), the latest deadline of the requests sharing it (monotonic), and its answer.
  */
 interface KeyRead {
   readonly generation: number;
   sentAt: number;
-  readonly began: number;
+  sent: number | null;
   until: number;
   key: Promise<ApiKeyRecord | null>;
 }
@@ -83,8 +84,9 @@ export class Authenticator {
 
   /**
    * The principal of this key, or null (unknown, wrong secret, revoked or expired). Throws only when the
-   * store is unreachable or, past `deadline`, when the key's read waited for a slot (the caller bounds
-   * its own wait by the deadline: this never answers late for it, only spares the store).
+   * store is unreachable, when too many keys are being read (KeyReadsBusy) or, past `deadline`, when the
+   * key's read waited for a slot (the caller bounds its own wait by the deadline: this never answers late
+   * for it, only spares the store).
    */
   async authenticate(apiKey: string, deadline?: Deadline): Promise<Principal | null> {
     const m = KEY_FORMAT.exec(apiKey);
@@ -116,9 +118,12 @@ export class Authenticator {
       }
     }
     if (key === null) return null;
+    // Cached whatever the secret: a wrong one is refused from the cache as from the store, and someone
+    // who knows a key id but not its secret must not make every guess a read (outside the bound, once
+    // the key has authenticated here). The cache holds only keys that exist.
+    if (read !== null && this.generation === read.generation) this.cache.set(keyId, { key, until: read.sentAt + this.ttlMs });
     if (!constantTimeEqual(sha256Hex(apiKey), key.keyHash)) return null;
     this.known.add(keyId);
-    if (read !== null && this.generation === read.generation) this.cache.set(keyId, { key, until: read.sentAt + this.ttlMs });
     if (!isUsable(key, now)) return null;
     return {
       tenantId: key.tenantId,
@@ -129,13 +134,17 @@ export class Authenticator {
   }
 
   /**
-   * The store's read of a key: one already in flight for it since the last forget, and for less than
-   * `shareMs`, is shared (one begun before a forget is not: it may predate the revocation), else a new
-   * one, in a slot (see KEY_READS).
+   * The store's read of a key: one already in flight for it since the last forget, waiting for a slot or
+   * sent less than `shareMs` before, is shared (one begun before a forget is not: it may predate the
+   * revocation), else a new one, in a slot (see KEY_READS).
    */
   private read(keyId: string, until: number): { read: KeyRead; shared: boolean } {
     const inFlight = this.reading.get(keyId);
-    if (inFlight !== undefined && inFlight.generation === this.generation && performance.now() - inFlight.began < this.limits.shareMs) {
+    if (
+      inFlight !== undefined &&
+      inFlight.generation === this.generation &&
+      (inFlight.sent === null || performance.now() - inFlight.sent < this.limits.shareMs)
+    ) {
       inFlight.until = Math.max(inFlight.until, until);
       return { read: inFlight, shared: true };
     }
@@ -143,7 +152,10 @@ export class Authenticator {
     const slot = !bounded || this.active < this.limits.reads;
     if (!slot && this.waiters.length >= this.limits.waiting) throw new KeyReadsBusy('too many API keys are being read at once');
     if (bounded && slot) this.active++;
-    const read: KeyRead = { generation: this.generation, sentAt: this.nowMs(), began: performance.now(), until, key: Promise.resolve(null) };
+    const read: KeyRead = { generation: this.generation, sentAt: this.nowMs(), sent: null, until, key: Promise.resolve(null) };
+    // In the map before it starts: a read can end before its first await (its deadline already
+    // passed), and its `finally` must then find itself there to remove, not be put there after it ended.
+    this.reading.set(keyId, read);
     read.key = (async (): Promise<ApiKeyRecord | null> => {
       if (!slot) await new Promise<void>((r) => this.waiters.push(r));
       try {
@@ -151,6 +163,7 @@ export class Authenticator {
         // sending it would only take the slot from a read someone still waits for.
         if (performance.now() >= read.until) throw new DeadlineExceeded('every request for this key passed its deadline while its read waited');
         read.sentAt = this.nowMs();
+        read.sent = performance.now();
         return (await this.store.apiKeyById(keyId))?.key ?? null;
       } finally {
         if (bounded) {
@@ -161,7 +174,6 @@ export class Authenticator {
         if (this.reading.get(keyId) === read) this.reading.delete(keyId);
       }
     })();
-    this.reading.set(keyId, read);
     return { read, shared: false };
   }
 

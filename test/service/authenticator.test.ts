@@ -169,7 +169,6 @@ describe('Authenticator', () => {
     };
     const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, shareMs: 50 });
     const hanging = auth.authenticate(key);
-    await new Promise((r) => setTimeout(r, 20));
     const joined = auth.authenticate(key); // within shareMs: shares the hanging read
     await new Promise((r) => setTimeout(r, 60));
     const later = auth.authenticate(key);
@@ -218,5 +217,67 @@ describe('Authenticator', () => {
     const answers = [await holdingAgain, await hurried, await patient];
     expect(answers.map((a) => a?.tenantId)).toEqual([h.tenantIds.a, h.tenantIds.a, h.tenantIds.a]);
     expect(read).toHaveLength(2);
+  });
+
+  // A read whose request's deadline has already passed when it takes a slot (a known key, or a free slot)
+  // ends before `read` returns: it must not be left in the map of reads in flight, where later requests
+  // for the key would join a read that already failed, and made-up key ids would pile up for ever.
+  test('a read that ends at once is not left to be joined, and leaves no entry behind', async () => {
+    const key = (await h.call('POST', '/v1/api-keys', { name: 'at-once', roles: ['runtime'] })).body.api_key as string;
+    let reads = 0;
+    const store = Object.create(h.store) as Store;
+    store.apiKeyById = async (id) => {
+      reads++;
+      return h.store.apiKeyById(id);
+    };
+    const auth = new Authenticator(store, () => h.clock.now().getTime());
+    await expect(auth.authenticate(key, Deadline.in(0))).rejects.toBeInstanceOf(DeadlineExceeded);
+    // In time, within shareMs of that one: read, and accepted.
+    expect((await auth.authenticate(key, Deadline.in(5000)))?.tenantId).toBe(h.tenantIds.a);
+    expect(reads).toBe(1);
+    for (let i = 0; i < 50; i++) {
+      const madeUp = `wk.gone${String(i).padStart(8, '0')}.${'x'.repeat(43)}`;
+      await expect(auth.authenticate(madeUp, Deadline.in(0))).rejects.toBeInstanceOf(DeadlineExceeded);
+    }
+    expect((auth as unknown as { reading: Map<string, unknown> }).reading.size).toBe(0);
+  });
+
+  test('a read still waiting for a slot is joined however long it has waited', async () => {
+    const made = await Promise.all(
+      ['q1', 'q2'].map(async (name) => (await h.call('POST', '/v1/api-keys', { name, roles: ['runtime'] })).body.api_key as string),
+    );
+    const read: string[] = [];
+    let release!: () => void;
+    const store = Object.create(h.store) as Store;
+    store.apiKeyById = async (id) => {
+      read.push(id);
+      if (read.length === 1) await new Promise<void>((r) => (release = r));
+      return h.store.apiKeyById(id);
+    };
+    const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, reads: 1, shareMs: 20 });
+    const holding = auth.authenticate(made[0] as string);
+    const queued = auth.authenticate(made[1] as string);
+    await new Promise((r) => setTimeout(r, 60)); // three shareMs in the queue: still not sent
+    const behind = auth.authenticate(made[1] as string);
+    release();
+    const answers = [await holding, await queued, await behind];
+    expect(answers.map((a) => a?.tenantId)).toEqual([h.tenantIds.a, h.tenantIds.a, h.tenantIds.a]);
+    expect(read).toHaveLength(2); // not a second read of q2 queued behind the first
+  });
+
+  test('a wrong secret for a key that exists is refused from the cache: guesses are not a read each', async () => {
+    const created = await h.call('POST', '/v1/api-keys', { name: 'guessed', roles: ['runtime'] });
+    const keyId = created.body.key_id as string;
+    let reads = 0;
+    const store = Object.create(h.store) as Store;
+    store.apiKeyById = async (id) => {
+      reads++;
+      return h.store.apiKeyById(id);
+    };
+    const auth = new Authenticator(store, () => h.clock.now().getTime());
+    for (let i = 0; i < 5; i++) expect(await auth.authenticate(`wk.${keyId}.${String(i).repeat(43)}`)).toBeNull();
+    expect(reads).toBe(1);
+    expect((await auth.authenticate(created.body.api_key as string))?.keyId).toBe(keyId); // the right one, from the cache
+    expect(reads).toBe(1);
   });
 });
