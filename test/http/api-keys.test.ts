@@ -291,13 +291,22 @@ describe.each(BACKENDS)('API keys on %s', (backend) => {
       h.call('POST', '/v1/api-keys', { name, roles: ['runtime'] }, { headers: { authorization: `Bearer ${maker.body.api_key as string}` } });
     expect((await asMaker('warm')).status).toBe(201); // the maker is in this instance's key cache
     const raw = postgres(h.database.url as string, { max: 2, onnotice: () => {} });
+    // Each transaction below says when its statements have run, and holds its locks a while longer: the
+    // request is sent only then (a fixed sleep let a loaded machine send it first, in CI).
+    const signal = (): { ran: () => void; hasRun: Promise<void> } => {
+      let ran!: () => void;
+      const hasRun = new Promise<void>((r) => (ran = r));
+      return { ran, hasRun };
+    };
     try {
       // A revocation whose statements ran, not committed yet; the create waits on the maker's row.
+      const first = signal();
       const revoking = raw.begin(async (tx) => {
         await tx`UPDATE api_keys SET revoked_at = now() WHERE id = ${makerId}`;
+        first.ran();
         await new Promise((r) => setTimeout(r, 300));
       });
-      await new Promise((r) => setTimeout(r, 50));
+      await first.hasRun;
       const created = asMaker('during');
       await revoking;
       expect((await created).status).toBe(401);
@@ -306,14 +315,16 @@ describe.each(BACKENDS)('API keys on %s', (backend) => {
       const second = await h.call('POST', '/v1/api-keys', { name: 'maker-2', roles: ['admin'] });
       const secondId = second.body.key_id as string;
       let made = '';
+      const making2 = signal();
       const making = raw.begin(async (tx) => {
         await tx`SELECT 1 FROM api_keys WHERE id = ${secondId} FOR SHARE`;
         made = `late${String(Date.now() % 1e8).padStart(8, '0')}`;
         await tx`INSERT INTO api_keys (id, tenant_id, name, roles, key_hash, created_at, created_by)
                  VALUES (${made}, ${h.tenantIds.a}, 'late', ${['runtime']}, ${'0'.repeat(64)}, now(), ${secondId})`;
+        making2.ran();
         await new Promise((r) => setTimeout(r, 300));
       });
-      await new Promise((r) => setTimeout(r, 50));
+      await making2.hasRun;
       const revoked = h.call('DELETE', `/v1/api-keys/${secondId}`);
       await making;
       expect((await revoked).body.revoked_with_it).toEqual([made]);
@@ -330,14 +341,16 @@ describe.each(BACKENDS)('API keys on %s', (backend) => {
       );
       const midId = mid.body.key_id as string;
       let deep = '';
+      const third = signal();
       const outside = raw.begin(async (tx) => {
         await tx`SELECT 1 FROM api_keys WHERE id = ${midId} FOR SHARE`;
         deep = `deep${String(Date.now() % 1e8).padStart(8, '0')}`;
         await tx`INSERT INTO api_keys (id, tenant_id, name, roles, key_hash, created_at, created_by)
                  VALUES (${deep}, ${h.tenantIds.a}, 'deep', ${['runtime']}, ${'1'.repeat(64)}, now(), ${midId})`;
+        third.ran();
         await new Promise((r) => setTimeout(r, 300));
       });
-      await new Promise((r) => setTimeout(r, 50));
+      await third.hasRun;
       const cascade = h.call('DELETE', `/v1/api-keys/${top.body.key_id as string}`);
       await outside;
       expect(((await cascade).body.revoked_with_it as string[]).sort()).toEqual([midId, deep].sort());
