@@ -17,6 +17,20 @@ describe('Authenticator', () => {
   });
   afterAll(async () => h.close());
 
+  /** The harness's store, but each key read is recorded (its id), and with `holdFirst` the first waits for `release()`. */
+  const keyReads = ({ holdFirst }: { holdFirst: boolean }): { store: Store; read: string[]; release: () => void } => {
+    const read: string[] = [];
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const store = Object.create(h.store) as Store;
+    store.apiKeyById = async (id) => {
+      read.push(id);
+      if (holdFirst && read.length === 1) await released;
+      return h.store.apiKeyById(id);
+    };
+    return { store, read, release };
+  };
+
   test('a read that a forget overtook answers once, but is not cached', async () => {
     const created = await h.call('POST', '/v1/api-keys', { name: 'raced', roles: ['runtime'] });
     expect(created.status).toBe(201);
@@ -110,14 +124,7 @@ describe('Authenticator', () => {
 
   test('a read shared with a later request is cached for a TTL from when it was sent, not from the later request', async () => {
     const key = (await h.call('POST', '/v1/api-keys', { name: 'shared', roles: ['runtime'] })).body.api_key as string;
-    let reads = 0;
-    let release!: () => void;
-    const store = Object.create(h.store) as Store;
-    store.apiKeyById = async (id) => {
-      reads++;
-      if (reads === 1) await new Promise<void>((r) => (release = r));
-      return h.store.apiKeyById(id);
-    };
+    const { store, read, release } = keyReads({ holdFirst: true });
     const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000);
     const early = auth.authenticate(key);
     await new Promise((r) => setTimeout(r, 10));
@@ -125,10 +132,10 @@ describe('Authenticator', () => {
     const late = auth.authenticate(key);
     release();
     expect([(await early)?.tenantId, (await late)?.tenantId]).toEqual([h.tenantIds.a, h.tenantIds.a]);
-    expect(reads).toBe(1);
+    expect(read).toHaveLength(1);
     h.clock.advance(11); // 31 s after the read was sent, 11 s after the later request
     expect((await auth.authenticate(key))?.tenantId).toBe(h.tenantIds.a);
-    expect(reads).toBe(2);
+    expect(read).toHaveLength(2);
   });
 
   // A read shared by many requests must not make one request's bad luck theirs: CI once saw every
@@ -159,14 +166,7 @@ describe('Authenticator', () => {
 
   test('a read in flight for longer than shareMs is not joined: a read left hanging holds no later request', async () => {
     const key = (await h.call('POST', '/v1/api-keys', { name: 'hanging', roles: ['runtime'] })).body.api_key as string;
-    let reads = 0;
-    let release!: () => void;
-    const store = Object.create(h.store) as Store;
-    store.apiKeyById = async (id) => {
-      reads++;
-      if (reads === 1) await new Promise<void>((r) => (release = r));
-      return h.store.apiKeyById(id);
-    };
+    const { store, read, release } = keyReads({ holdFirst: true });
     const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, shareMs: 50 });
     const hanging = auth.authenticate(key);
     const joined = auth.authenticate(key); // within shareMs: shares the hanging read
@@ -174,7 +174,7 @@ describe('Authenticator', () => {
     const later = auth.authenticate(key);
     const answer = await Promise.race([later, new Promise((r) => setTimeout(() => r('still waiting'), 2000))]);
     expect((answer as { tenantId?: string } | null)?.tenantId).toBe(h.tenantIds.a);
-    expect(reads).toBe(2);
+    expect(read).toHaveLength(2);
     release();
     expect([(await hanging)?.tenantId, (await joined)?.tenantId]).toEqual([h.tenantIds.a, h.tenantIds.a]);
   });
@@ -183,14 +183,7 @@ describe('Authenticator', () => {
     const made = await Promise.all(
       ['w1', 'w2', 'w3', 'w4'].map(async (name) => (await h.call('POST', '/v1/api-keys', { name, roles: ['runtime'] })).body.api_key as string),
     );
-    const read: string[] = [];
-    let release!: () => void;
-    const store = Object.create(h.store) as Store;
-    store.apiKeyById = async (id) => {
-      read.push(id);
-      if (read.length === 1) await new Promise<void>((r) => (release = r));
-      return h.store.apiKeyById(id);
-    };
+    const { store, read, release } = keyReads({ holdFirst: true });
     const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, reads: 1 });
     const holding = auth.authenticate(made[0] as string, Deadline.in(5000)); // takes the one slot
     const waiting = auth.authenticate(made[1] as string, Deadline.in(30)); // waits for it
@@ -206,17 +199,18 @@ describe('Authenticator', () => {
 
     // A waiting read is sent while any request sharing it is still in time (keys not seen here yet:
     // those seen take no slot).
-    read.length = 0;
-    const holdingAgain = auth.authenticate(made[2] as string, Deadline.in(5000));
-    const hurried = auth.authenticate(made[3] as string, Deadline.in(30));
+    const again = keyReads({ holdFirst: true });
+    const auth2 = new Authenticator(again.store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, reads: 1 });
+    const holdingAgain = auth2.authenticate(made[2] as string, Deadline.in(5000));
+    const hurried = auth2.authenticate(made[3] as string, Deadline.in(30));
     hurried.catch(() => undefined);
-    const patient = auth.authenticate(made[3] as string, Deadline.in(5000));
+    const patient = auth2.authenticate(made[3] as string, Deadline.in(5000));
     await new Promise((r) => setTimeout(r, 60));
-    release();
+    again.release();
     // One read answers both, the hurried request's too (its caller had answered 503 by then).
     const answers = [await holdingAgain, await hurried, await patient];
     expect(answers.map((a) => a?.tenantId)).toEqual([h.tenantIds.a, h.tenantIds.a, h.tenantIds.a]);
-    expect(read).toHaveLength(2);
+    expect(again.read).toHaveLength(2);
   });
 
   // A read whose request's deadline has already passed when it takes a slot (a known key, or a free slot)
@@ -224,17 +218,12 @@ describe('Authenticator', () => {
   // for the key would join a read that already failed, and made-up key ids would pile up for ever.
   test('a read that ends at once is not left to be joined, and leaves no entry behind', async () => {
     const key = (await h.call('POST', '/v1/api-keys', { name: 'at-once', roles: ['runtime'] })).body.api_key as string;
-    let reads = 0;
-    const store = Object.create(h.store) as Store;
-    store.apiKeyById = async (id) => {
-      reads++;
-      return h.store.apiKeyById(id);
-    };
+    const { store, read } = keyReads({ holdFirst: false });
     const auth = new Authenticator(store, () => h.clock.now().getTime());
     await expect(auth.authenticate(key, Deadline.in(0))).rejects.toBeInstanceOf(DeadlineExceeded);
     // In time, within shareMs of that one: read, and accepted.
     expect((await auth.authenticate(key, Deadline.in(5000)))?.tenantId).toBe(h.tenantIds.a);
-    expect(reads).toBe(1);
+    expect(read).toHaveLength(1);
     for (let i = 0; i < 50; i++) {
       const madeUp = `wk.gone${String(i).padStart(8, '0')}.${'x'.repeat(43)}`;
       await expect(auth.authenticate(madeUp, Deadline.in(0))).rejects.toBeInstanceOf(DeadlineExceeded);
@@ -246,14 +235,7 @@ describe('Authenticator', () => {
     const made = await Promise.all(
       ['q1', 'q2'].map(async (name) => (await h.call('POST', '/v1/api-keys', { name, roles: ['runtime'] })).body.api_key as string),
     );
-    const read: string[] = [];
-    let release!: () => void;
-    const store = Object.create(h.store) as Store;
-    store.apiKeyById = async (id) => {
-      read.push(id);
-      if (read.length === 1) await new Promise<void>((r) => (release = r));
-      return h.store.apiKeyById(id);
-    };
+    const { store, read, release } = keyReads({ holdFirst: true });
     const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, reads: 1, shareMs: 20 });
     const holding = auth.authenticate(made[0] as string);
     const queued = auth.authenticate(made[1] as string);
@@ -268,16 +250,11 @@ describe('Authenticator', () => {
   test('a wrong secret for a key that exists is refused from the cache: guesses are not a read each', async () => {
     const created = await h.call('POST', '/v1/api-keys', { name: 'guessed', roles: ['runtime'] });
     const keyId = created.body.key_id as string;
-    let reads = 0;
-    const store = Object.create(h.store) as Store;
-    store.apiKeyById = async (id) => {
-      reads++;
-      return h.store.apiKeyById(id);
-    };
+    const { store, read } = keyReads({ holdFirst: false });
     const auth = new Authenticator(store, () => h.clock.now().getTime());
     for (let i = 0; i < 5; i++) expect(await auth.authenticate(`wk.${keyId}.${String(i).repeat(43)}`)).toBeNull();
-    expect(reads).toBe(1);
+    expect(read).toHaveLength(1);
     expect((await auth.authenticate(created.body.api_key as string))?.keyId).toBe(keyId); // the right one, from the cache
-    expect(reads).toBe(1);
+    expect(read).toHaveLength(1);
   });
 });
