@@ -288,12 +288,14 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     const cap = await mint();
     const id = (await shell(cap.token, 'run-many')).body.approval_id as string;
     const polls = Array.from({ length: MAX_LONG_POLLS }, () => callOn(h.app, driver, 'GET', `/v1/approvals/${id}?wait_s=10`));
-    await new Promise((r) => setTimeout(r, 300));
-    // Uncapped, this one would wait and see the approval below; capped, it has answered before it.
+    await new Promise((r) => setTimeout(r, 1000)); // every poll is waiting by now, even on a loaded machine
+    // Uncapped, this one would wait its 10 s like the others; capped, it answers at once. The approval
+    // is resolved only once it has answered (or has plainly been kept waiting): a fixed pause before
+    // resolving let a loaded machine read the approval after it.
     const extra = callOn(h.app, driver, 'GET', `/v1/approvals/${id}?wait_s=10`);
-    await new Promise((r) => setTimeout(r, 300));
+    const early = await Promise.race([extra.then((r) => r.body.state as string), new Promise((r) => setTimeout(() => r('kept waiting'), 5000))]);
     await resolve(id, 'approve', 'b');
-    expect((await extra).body.state).toBe('pending');
+    expect(early).toBe('pending');
     for (const p of await Promise.all(polls)) expect(p.body.state).toBe('approved');
   });
 
