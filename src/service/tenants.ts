@@ -38,9 +38,11 @@ export const KEY_CACHE_TTL_MS = 30_000;
  * request for it had passed its deadline is not sent: its slot goes to the next. Requests for the same
  * key id share one read, waiting or sent, but not one sent more than `shareMs` before: a read left
  * waiting on a connection that died with the database would otherwise hold every later request for its
- * key past the database's return. A request that joined a read that fails reads once more.
+ * key past the database's return. With `perKey` reads of a key id unanswered (a database that stalls),
+ * the newest is joined however old: reads do not pile up. A request that joined a read that fails reads
+ * once more.
  */
-export const KEY_READS = { reads: 8, waiting: 256, shareMs: 500 };
+export const KEY_READS = { reads: 8, waiting: 256, shareMs: 500, perKey: 4 };
 
 /** Too many keys are being read at once: the request is refused (503) without reading. */
 export class KeyReadsBusy extends Error {}
@@ -65,6 +67,8 @@ export class Authenticator {
   private generation = 0;
   /** Reads in flight by key id (see `read`). */
   private readonly reading = new Map<string, KeyRead>();
+  /** Reads not ended yet by key id, the newest (in `reading`) and those it replaced. */
+  private readonly unanswered = new Map<string, number>();
   /**
    * Key ids that have authenticated here: their reads take no slot, so a flood of made-up ids cannot
    * lock real keys out once their cache entries expire (or are all dropped). Only ids whose secret
@@ -134,8 +138,8 @@ export class Authenticator {
   }
 
   /**
-   * The store's read of a key: one already in flight for it since the last forget, waiting for a slot or
-   * sent less than `shareMs` before, is shared (one begun before a forget is not: it may predate the
+   * The store's read of a key: one already in flight for it since the last forget, waiting for a slot,
+   * sent less than `shareMs` before or the newest of `perKey` unanswered, is shared (one begun before a forget is not: it may predate the
    * revocation), else a new one, in a slot (see KEY_READS).
    */
   private read(keyId: string, until: number): { read: KeyRead; shared: boolean } {
@@ -143,7 +147,7 @@ export class Authenticator {
     if (
       inFlight !== undefined &&
       inFlight.generation === this.generation &&
-      (inFlight.sent === null || performance.now() - inFlight.sent < this.limits.shareMs)
+      (inFlight.sent === null || performance.now() - inFlight.sent < this.limits.shareMs || (this.unanswered.get(keyId) ?? 0) >= this.limits.perKey)
     ) {
       inFlight.until = Math.max(inFlight.until, until);
       return { read: inFlight, shared: true };
@@ -156,6 +160,7 @@ export class Authenticator {
     // In the map before it starts: a read can end before its first await (its deadline already
     // passed), and its `finally` must then find itself there to remove, not be put there after it ended.
     this.reading.set(keyId, read);
+    this.unanswered.set(keyId, (this.unanswered.get(keyId) ?? 0) + 1);
     read.key = (async (): Promise<ApiKeyRecord | null> => {
       if (!slot) await new Promise<void>((r) => this.waiters.push(r));
       try {
@@ -172,6 +177,9 @@ export class Authenticator {
           else next(); // the slot passes to the next waiting read
         }
         if (this.reading.get(keyId) === read) this.reading.delete(keyId);
+        const left = (this.unanswered.get(keyId) ?? 1) - 1;
+        if (left === 0) this.unanswered.delete(keyId);
+        else this.unanswered.set(keyId, left);
       }
     })();
     return { read, shared: false };

@@ -257,4 +257,28 @@ describe('Authenticator', () => {
     expect((await auth.authenticate(created.body.api_key as string))?.keyId).toBe(keyId); // the right one, from the cache
     expect(read).toHaveLength(1);
   });
+
+  test('while reads of a key go unanswered (a stalled database), at most perKey are sent: then the newest is joined', async () => {
+    const key = (await h.call('POST', '/v1/api-keys', { name: 'stalled', roles: ['runtime'] })).body.api_key as string;
+    const read: string[] = [];
+    let release!: () => void;
+    const stalled = new Promise<void>((r) => (release = r));
+    const store = Object.create(h.store) as Store;
+    store.apiKeyById = async (id) => {
+      read.push(id);
+      await stalled;
+      return h.store.apiKeyById(id);
+    };
+    const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, shareMs: 10, perKey: 2 });
+    const asked = [];
+    for (let i = 0; i < 5; i++) {
+      asked.push(auth.authenticate(key));
+      await new Promise((r) => setTimeout(r, 25)); // each request past shareMs of the read before it
+    }
+    expect(read).toHaveLength(2);
+    release();
+    for (const p of asked) expect((await p)?.tenantId).toBe(h.tenantIds.a);
+    // Once they are answered, the count starts again: nothing is left behind.
+    expect((auth as unknown as { unanswered: Map<string, number> }).unanswered.size).toBe(0);
+  });
 });
