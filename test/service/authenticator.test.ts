@@ -17,15 +17,15 @@ describe('Authenticator', () => {
   });
   afterAll(async () => h.close());
 
-  /** The harness's store, but each key read is recorded (its id), and with `holdFirst` the first waits for `release()`. */
-  const keyReads = ({ holdFirst }: { holdFirst: boolean }): { store: Store; read: string[]; release: () => void } => {
+  /** The harness's store, but each key read is recorded (its id), and the first (or every one) waits for `release()`. */
+  const keyReads = ({ hold }: { hold: 'none' | 'first' | 'all' }): { store: Store; read: string[]; release: () => void } => {
     const read: string[] = [];
     let release!: () => void;
     const released = new Promise<void>((r) => (release = r));
     const store = Object.create(h.store) as Store;
     store.apiKeyById = async (id) => {
       read.push(id);
-      if (holdFirst && read.length === 1) await released;
+      if (hold === 'all' || (hold === 'first' && read.length === 1)) await released;
       return h.store.apiKeyById(id);
     };
     return { store, read, release };
@@ -124,7 +124,7 @@ describe('Authenticator', () => {
 
   test('a read shared with a later request is cached for a TTL from when it was sent, not from the later request', async () => {
     const key = (await h.call('POST', '/v1/api-keys', { name: 'shared', roles: ['runtime'] })).body.api_key as string;
-    const { store, read, release } = keyReads({ holdFirst: true });
+    const { store, read, release } = keyReads({ hold: 'first' });
     const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000);
     const early = auth.authenticate(key);
     await new Promise((r) => setTimeout(r, 10));
@@ -166,7 +166,7 @@ describe('Authenticator', () => {
 
   test('a read in flight for longer than shareMs is not joined: a read left hanging holds no later request', async () => {
     const key = (await h.call('POST', '/v1/api-keys', { name: 'hanging', roles: ['runtime'] })).body.api_key as string;
-    const { store, read, release } = keyReads({ holdFirst: true });
+    const { store, read, release } = keyReads({ hold: 'first' });
     const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, shareMs: 50 });
     const hanging = auth.authenticate(key);
     const joined = auth.authenticate(key); // within shareMs: shares the hanging read
@@ -183,7 +183,7 @@ describe('Authenticator', () => {
     const made = await Promise.all(
       ['w1', 'w2', 'w3', 'w4'].map(async (name) => (await h.call('POST', '/v1/api-keys', { name, roles: ['runtime'] })).body.api_key as string),
     );
-    const { store, read, release } = keyReads({ holdFirst: true });
+    const { store, read, release } = keyReads({ hold: 'first' });
     const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, reads: 1 });
     const holding = auth.authenticate(made[0] as string, Deadline.in(5000)); // takes the one slot
     const waiting = auth.authenticate(made[1] as string, Deadline.in(30)); // waits for it
@@ -199,7 +199,7 @@ describe('Authenticator', () => {
 
     // A waiting read is sent while any request sharing it is still in time (keys not seen here yet:
     // those seen take no slot).
-    const again = keyReads({ holdFirst: true });
+    const again = keyReads({ hold: 'first' });
     const auth2 = new Authenticator(again.store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, reads: 1 });
     const holdingAgain = auth2.authenticate(made[2] as string, Deadline.in(5000));
     const hurried = auth2.authenticate(made[3] as string, Deadline.in(30));
@@ -218,7 +218,7 @@ describe('Authenticator', () => {
   // for the key would join a read that already failed, and made-up key ids would pile up for ever.
   test('a read that ends at once is not left to be joined, and leaves no entry behind', async () => {
     const key = (await h.call('POST', '/v1/api-keys', { name: 'at-once', roles: ['runtime'] })).body.api_key as string;
-    const { store, read } = keyReads({ holdFirst: false });
+    const { store, read } = keyReads({ hold: 'none' });
     const auth = new Authenticator(store, () => h.clock.now().getTime());
     await expect(auth.authenticate(key, Deadline.in(0))).rejects.toBeInstanceOf(DeadlineExceeded);
     // In time, within shareMs of that one: read, and accepted.
@@ -235,7 +235,7 @@ describe('Authenticator', () => {
     const made = await Promise.all(
       ['q1', 'q2'].map(async (name) => (await h.call('POST', '/v1/api-keys', { name, roles: ['runtime'] })).body.api_key as string),
     );
-    const { store, read, release } = keyReads({ holdFirst: true });
+    const { store, read, release } = keyReads({ hold: 'first' });
     const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, reads: 1, shareMs: 20 });
     const holding = auth.authenticate(made[0] as string);
     const queued = auth.authenticate(made[1] as string);
@@ -250,7 +250,7 @@ describe('Authenticator', () => {
   test('a wrong secret for a key that exists is refused from the cache: guesses are not a read each', async () => {
     const created = await h.call('POST', '/v1/api-keys', { name: 'guessed', roles: ['runtime'] });
     const keyId = created.body.key_id as string;
-    const { store, read } = keyReads({ holdFirst: false });
+    const { store, read } = keyReads({ hold: 'none' });
     const auth = new Authenticator(store, () => h.clock.now().getTime());
     for (let i = 0; i < 5; i++) expect(await auth.authenticate(`wk.${keyId}.${String(i).repeat(43)}`)).toBeNull();
     expect(read).toHaveLength(1);
@@ -260,15 +260,7 @@ describe('Authenticator', () => {
 
   test('while reads of a key go unanswered (a stalled database), at most perKey are sent: then the newest is joined', async () => {
     const key = (await h.call('POST', '/v1/api-keys', { name: 'stalled', roles: ['runtime'] })).body.api_key as string;
-    const read: string[] = [];
-    let release!: () => void;
-    const stalled = new Promise<void>((r) => (release = r));
-    const store = Object.create(h.store) as Store;
-    store.apiKeyById = async (id) => {
-      read.push(id);
-      await stalled;
-      return h.store.apiKeyById(id);
-    };
+    const { store, read, release } = keyReads({ hold: 'all' });
     const auth = new Authenticator(store, () => h.clock.now().getTime(), 30_000, { ...KEY_READS, shareMs: 10, perKey: 2 });
     const asked = [];
     for (let i = 0; i < 5; i++) {
