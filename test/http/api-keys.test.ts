@@ -291,43 +291,50 @@ describe.each(BACKENDS)('API keys on %s', (backend) => {
       h.call('POST', '/v1/api-keys', { name, roles: ['runtime'] }, { headers: { authorization: `Bearer ${maker.body.api_key as string}` } });
     expect((await asMaker('warm')).status).toBe(201); // the maker is in this instance's key cache
     const raw = postgres(h.database.url as string, { max: 2, onnotice: () => {} });
-    // Each transaction below says when its statements have run, and holds its locks a while longer: the
-    // request is sent only then (a fixed sleep let a loaded machine send it first, in CI).
-    const signal = (): { ran: () => void; hasRun: Promise<void> } => {
+    /**
+     * A transaction of its own: `statements`, then its locks held 300 ms more. `ran` settles once the
+     * statements have run (or failed): the request racing it is sent only then (a fixed sleep let a
+     * loaded machine send it first, in CI).
+     */
+    const holding = (statements: (tx: postgres.TransactionSql) => Promise<unknown>): { ran: Promise<void>; committed: Promise<unknown> } => {
       let ran!: () => void;
       const hasRun = new Promise<void>((r) => (ran = r));
-      return { ran, hasRun };
+      const committed = raw.begin(async (tx) => {
+        try {
+          await statements(tx);
+        } finally {
+          ran();
+        }
+        await new Promise((r) => setTimeout(r, 300));
+      });
+      return { ran: hasRun, committed };
+    };
+    /** A key made from `makerId` by a writer outside Warrant, holding its maker's row as a create does. */
+    const madeFrom = (makerId: string, name: string, hashDigit: string): { id: string; ran: Promise<void>; committed: Promise<unknown> } => {
+      const id = `${name}${String(Date.now() % 1e8).padStart(8, '0')}`;
+      const tx = holding(async (t) => {
+        await t`SELECT 1 FROM api_keys WHERE id = ${makerId} FOR SHARE`;
+        await t`INSERT INTO api_keys (id, tenant_id, name, roles, key_hash, created_at, created_by)
+                VALUES (${id}, ${h.tenantIds.a}, ${name}, ${['runtime']}, ${hashDigit.repeat(64)}, now(), ${makerId})`;
+      });
+      return { id, ...tx };
     };
     try {
       // A revocation whose statements ran, not committed yet; the create waits on the maker's row.
-      const first = signal();
-      const revoking = raw.begin(async (tx) => {
-        await tx`UPDATE api_keys SET revoked_at = now() WHERE id = ${makerId}`;
-        first.ran();
-        await new Promise((r) => setTimeout(r, 300));
-      });
-      await first.hasRun;
+      const revoking = holding((tx) => tx`UPDATE api_keys SET revoked_at = now() WHERE id = ${makerId}`);
+      await revoking.ran;
       const created = asMaker('during');
-      await revoking;
+      await revoking.committed;
       expect((await created).status).toBe(401);
       // The other order: a key made by a transaction that holds its maker's row (as a create does) and
       // commits after the revocation has locked the maker: the revocation waits, then revokes it.
       const second = await h.call('POST', '/v1/api-keys', { name: 'maker-2', roles: ['admin'] });
       const secondId = second.body.key_id as string;
-      let made = '';
-      const making2 = signal();
-      const making = raw.begin(async (tx) => {
-        await tx`SELECT 1 FROM api_keys WHERE id = ${secondId} FOR SHARE`;
-        made = `late${String(Date.now() % 1e8).padStart(8, '0')}`;
-        await tx`INSERT INTO api_keys (id, tenant_id, name, roles, key_hash, created_at, created_by)
-                 VALUES (${made}, ${h.tenantIds.a}, 'late', ${['runtime']}, ${'0'.repeat(64)}, now(), ${secondId})`;
-        making2.ran();
-        await new Promise((r) => setTimeout(r, 300));
-      });
-      await making2.hasRun;
+      const late = madeFrom(secondId, 'late', '0');
+      await late.ran;
       const revoked = h.call('DELETE', `/v1/api-keys/${secondId}`);
-      await making;
-      expect((await revoked).body.revoked_with_it).toEqual([made]);
+      await late.committed;
+      expect((await revoked).body.revoked_with_it).toEqual([late.id]);
 
       // A key made two levels down by a writer outside Warrant (which queues on no audit head) while
       // the revocation runs: its statement that revokes the middle key waits for that writer, and the
@@ -340,20 +347,11 @@ describe.each(BACKENDS)('API keys on %s', (backend) => {
         { headers: { authorization: `Bearer ${top.body.api_key as string}` } },
       );
       const midId = mid.body.key_id as string;
-      let deep = '';
-      const third = signal();
-      const outside = raw.begin(async (tx) => {
-        await tx`SELECT 1 FROM api_keys WHERE id = ${midId} FOR SHARE`;
-        deep = `deep${String(Date.now() % 1e8).padStart(8, '0')}`;
-        await tx`INSERT INTO api_keys (id, tenant_id, name, roles, key_hash, created_at, created_by)
-                 VALUES (${deep}, ${h.tenantIds.a}, 'deep', ${['runtime']}, ${'1'.repeat(64)}, now(), ${midId})`;
-        third.ran();
-        await new Promise((r) => setTimeout(r, 300));
-      });
-      await third.hasRun;
+      const deep = madeFrom(midId, 'deep', '1');
+      await deep.ran;
       const cascade = h.call('DELETE', `/v1/api-keys/${top.body.key_id as string}`);
-      await outside;
-      expect(((await cascade).body.revoked_with_it as string[]).sort()).toEqual([midId, deep].sort());
+      await deep.committed;
+      expect(((await cascade).body.revoked_with_it as string[]).sort()).toEqual([midId, deep.id].sort());
     } finally {
       await raw.end();
     }
