@@ -1,0 +1,55 @@
+/**
+ * A server that closes a new connection cleanly (a FIN, no error message) before it is ready, as a
+ * TCP load balancer or pooler with no database behind it does, fails the statement the connection was
+ * opened for, after one attempt (postgres.js, patched: patches/postgres+3.4.9.patch); the next
+ * connection to the same server waits for the pool's backoff. postgres.js as released reconnected at
+ * once without end and cancelled `connect_timeout` at each close, so the statement never settled and
+ * one connection made over a thousand attempts a second (porsager/postgres#1193). No database is
+ * needed: the server here accepts and closes every connection.
+ */
+import net, { type AddressInfo } from 'node:net';
+import { sql } from 'drizzle-orm';
+import { afterAll, beforeAll, expect, test } from 'vitest';
+import { openDatabase, type Database } from '../../src/node/db.js';
+
+let server: net.Server;
+let accepted = 0;
+let database: Database;
+
+beforeAll(async () => {
+  server = net.createServer((socket) => {
+    accepted += 1;
+    socket.on('error', () => {});
+    // Read what the client sends (its startup message), or the socket never ends and closes.
+    socket.resume();
+    socket.end();
+  });
+  await new Promise<void>((listening) => server.listen(0, '127.0.0.1', listening));
+  const { port } = server.address() as AddressInfo;
+  database = await openDatabase({ databaseUrl: `postgres://warrant@127.0.0.1:${port}/warrant` });
+});
+
+afterAll(async () => {
+  await database.close();
+  await new Promise((closed) => server.close(closed));
+});
+
+/** How the statement ended, or 'pending' if it had not after `ms`. */
+function settled(statement: Promise<unknown>, ms: number): Promise<string> {
+  return Promise.race([
+    statement.then(
+      () => 'answered',
+      // drizzle wraps the driver's error in one of its own (`cause`).
+      (e: { cause?: { code?: string } }) => String(e.cause?.code),
+    ),
+    new Promise<string>((r) => setTimeout(() => r('pending'), ms)),
+  ]);
+}
+
+test('a statement fails with CONNECTION_CLOSED after one attempt, and so does each next one', async () => {
+  const before = accepted;
+  expect(await settled(database.db.execute(sql`SELECT 1`), 2000)).toBe('CONNECTION_CLOSED');
+  expect(accepted - before).toBe(1);
+  for (let i = 0; i < 10; i++) expect(await settled(database.db.execute(sql`SELECT 1`), 2000)).toBe('CONNECTION_CLOSED');
+  expect(accepted - before).toBe(11);
+});
