@@ -14,7 +14,11 @@ import { openDatabase, type Database } from '../../src/node/db.js';
 
 let server: net.Server;
 let accepted = 0;
+/** Warrant's pool for this server, and for a URL naming it twice (a list of hosts, tried in turn). */
 let database: Database;
+let twoHosts: Database;
+/** A port nothing listens on. */
+let refusing: number;
 
 beforeAll(async () => {
   server = net.createServer((socket) => {
@@ -27,10 +31,16 @@ beforeAll(async () => {
   await new Promise<void>((listening) => server.listen(0, '127.0.0.1', listening));
   const { port } = server.address() as AddressInfo;
   database = await openDatabase({ databaseUrl: `postgres://warrant@127.0.0.1:${port}/warrant` });
+  twoHosts = await openDatabase({ databaseUrl: `postgres://warrant@127.0.0.1:${port},127.0.0.1:${port}/warrant` });
+  const closed = net.createServer();
+  await new Promise<void>((listening) => closed.listen(0, '127.0.0.1', listening));
+  refusing = (closed.address() as AddressInfo).port;
+  await new Promise((done) => closed.close(done));
 });
 
 afterAll(async () => {
   await database.close();
+  await twoHosts.close();
   await new Promise((closed) => server.close(closed));
 });
 
@@ -52,4 +62,20 @@ test('a statement fails with CONNECTION_CLOSED after one attempt, and so does ea
   expect(accepted - before).toBe(1);
   for (let i = 0; i < 10; i++) expect(await settled(database.db.execute(sql`SELECT 1`), 2000)).toBe('CONNECTION_CLOSED');
   expect(accepted - before).toBe(11);
+});
+
+// postgres.js tried the next host of a list after each failure and never ran out of hosts: a list
+// whose hosts all closed cleanly, or all refused, looped without end (porsager/postgres#1188). Now
+// each statement tries each host once.
+test('with a list of hosts, a statement fails once it has tried each of them', async () => {
+  const before = accepted;
+  for (let i = 0; i < 3; i++) expect(await settled(twoHosts.db.execute(sql`SELECT 1`), 2000)).toBe('CONNECTION_CLOSED');
+  expect(accepted - before).toBe(6);
+
+  const refused = await openDatabase({ databaseUrl: `postgres://warrant@127.0.0.1:${refusing},127.0.0.1:${refusing}/warrant` });
+  try {
+    for (let i = 0; i < 3; i++) expect(await settled(refused.db.execute(sql`SELECT 1`), 2000)).toBe('ECONNREFUSED');
+  } finally {
+    await refused.close();
+  }
 });
