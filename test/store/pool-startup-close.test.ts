@@ -11,6 +11,7 @@ import net, { type AddressInfo } from 'node:net';
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { openDatabase, type Database } from '../../src/node/db.js';
+import { BACKENDS } from '../support/db.js';
 
 let server: net.Server;
 let accepted = 0;
@@ -77,5 +78,20 @@ test('with a list of hosts, a statement fails once it has tried each of them', a
     for (let i = 0; i < 3; i++) expect(await settled(refused.db.execute(sql`SELECT 1`), 2000)).toBe('ECONNREFUSED');
   } finally {
     await refused.close();
+  }
+});
+
+test.runIf(BACKENDS.includes('postgres'))('with a list of hosts, a statement goes on to a later host that answers', async () => {
+  const u = new URL(process.env.TEST_DATABASE_URL!.trim());
+  const { port } = server.address() as AddressInfo;
+  // This server first, then the database (URL's host setter would drop the list).
+  const auth = u.username === '' ? '' : `${u.username}${u.password === '' ? '' : `:${u.password}`}@`;
+  const failover = await openDatabase({ databaseUrl: `${u.protocol}//${auth}127.0.0.1:${port},${u.host}${u.pathname}${u.search}` });
+  const before = accepted;
+  try {
+    for (let i = 0; i < 3; i++) expect(await settled(failover.db.execute(sql`SELECT 1`), 5000)).toBe('answered');
+    expect(accepted).toBeGreaterThan(before);
+  } finally {
+    await failover.close();
   }
 });
