@@ -7,7 +7,7 @@
  * (or point the directory at storage the database's administrators cannot write) and the audit holds
  * up against them: `npm run audit -- verify --checkpoints <dir>` checks the database against them.
  */
-import { closeSync, constants, fstatSync, fsyncSync, readSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { lineText, parseLines, type CheckpointLine } from '../audit/checkpoint.js';
 import type { CheckpointSink } from '../audit/publish.js';
@@ -52,15 +52,50 @@ export class FileSink implements CheckpointSink {
     // An existing file must be this user's regular file, closed to others' writes: one planted
     // writable by others (or a FIFO, a device) could be rewritten behind the evidence or misdirect it.
     const path = sinkFile(this.dir, tenantId);
-    const fd = openOwnFile(path, SINK_FILE, false, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT, 0o600);
+    const fd = openOwnFile(path, SINK_FILE, false, constants.O_RDWR | constants.O_APPEND | constants.O_CREAT, 0o600);
     if (fd === null) throw new Error(`${path} vanished while it was being created`);
     try {
-      writeSync(fd, lines.map((l) => `${lineText(l)}\n`).join(''));
-      fsyncSync(fd);
+      appendWhole(fd, path, Buffer.from(lines.map((l) => `${lineText(l)}\n`).join('')));
     } finally {
       closeSync(fd);
     }
   }
+}
+
+/**
+ * Appends `text` (whole lines) to the open file, fsync'd, or leaves the file as it was and throws. A
+ * full disk takes part of a write without an error (`writeSync` returns the bytes it wrote): the cut
+ * line, kept, would make the file's last line no checkpoint, and every later round of the tenant fail
+ * on it, after the disk has room again too. An unfinished line at the end (`tail`) is cut first.
+ */
+function appendWhole(fd: number, path: string, text: Buffer): void {
+  const size = fstatSync(fd).size;
+  const at = size - tail(fd, size).unfinished;
+  if (at !== size) ftruncateSync(fd, at);
+  let written = 0;
+  try {
+    written = writeSync(fd, text);
+    if (written !== text.length) throw new Error(`only ${written} of ${text.length} bytes could be written (is its disk full?)`);
+    fsyncSync(fd);
+  } catch (e) {
+    ftruncateSync(fd, at);
+    throw new Error(`could not append to ${path}, left as it was: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+  }
+}
+
+/**
+ * The end of an open file of `size` bytes (its last TAIL_BYTES): the text up to its last newline, and
+ * how many bytes follow that newline, an unfinished line (an append cut short by a crash, never fsync'd
+ * whole: it does not count, and the next append cuts it). Lines are well under TAIL_BYTES; a longer
+ * stretch with no newline is returned as text, for the parse to refuse.
+ */
+function tail(fd: number, size: number): { text: string; unfinished: number } {
+  const length = Math.min(size, TAIL_BYTES);
+  const buf = Buffer.alloc(length);
+  readSync(fd, buf, 0, length, size - length);
+  const newline = buf.lastIndexOf(0x0a);
+  if (newline === -1) return length === size ? { text: '', unfinished: size } : { text: buf.toString('utf8'), unfinished: 0 };
+  return { text: buf.toString('utf8', 0, newline + 1), unfinished: length - newline - 1 };
 }
 
 /** The last checkpoint line of a file, or null when there is no file (or it is empty). */
@@ -69,11 +104,7 @@ function readLastLine(path: string): CheckpointLine | null {
   const fd = openOwnFile(path, SINK_FILE, false);
   if (fd === null) return null;
   try {
-    const size = fstatSync(fd).size;
-    const length = Math.min(size, TAIL_BYTES);
-    const buf = Buffer.alloc(length);
-    readSync(fd, buf, 0, length, size - length);
-    const text = buf.toString('utf8');
+    const { text } = tail(fd, fstatSync(fd).size);
     const lastLine = text.trimEnd().split('\n').pop() ?? '';
     if (lastLine === '') return null;
     const parsed = parseLines(lastLine);
