@@ -9,9 +9,14 @@
  */
 import net, { type AddressInfo } from 'node:net';
 import { sql } from 'drizzle-orm';
+import postgres from 'postgres';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { openDatabase, type Database } from '../../src/node/db.js';
 import { BACKENDS } from '../support/db.js';
+
+/** drizzle wraps the driver's error in one of its own (`cause`). */
+const drizzleCode = (e: unknown): string => String((e as { cause?: { code?: string } }).cause?.code);
+const driverCode = (e: unknown): string => String((e as { code?: string }).code);
 
 let server: net.Server;
 let accepted = 0;
@@ -45,13 +50,12 @@ afterAll(async () => {
   await new Promise((closed) => server.close(closed));
 });
 
-/** How the statement ended, or 'pending' if it had not after `ms`. */
-function settled(statement: Promise<unknown>, ms: number): Promise<string> {
+/** How the statement ended ('answered' or its error's code), or 'pending' if it had not after `ms`. */
+function settled(statement: Promise<unknown>, ms: number, code = drizzleCode): Promise<string> {
   return Promise.race([
     statement.then(
       () => 'answered',
-      // drizzle wraps the driver's error in one of its own (`cause`).
-      (e: { cause?: { code?: string } }) => String(e.cause?.code),
+      (e: unknown) => code(e),
     ),
     new Promise<string>((r) => setTimeout(() => r('pending'), ms)),
   ]);
@@ -95,3 +99,141 @@ test.runIf(BACKENDS.includes('postgres'))('with a list of hosts, a statement goe
     await failover.close();
   }
 });
+
+/**
+ * A proxy to the test database. `plan(n)` says what to do with the n-th connection accepted (from 1):
+ * forward it (false), close it at once (true), or answer its startup message with these bytes and
+ * close it. `endAll()` closes every forwarded connection cleanly.
+ */
+async function proxy(plan: (n: number) => boolean | Buffer): Promise<{ url: string; endAll(): void; close(): Promise<void> }> {
+  const url = new URL(process.env.TEST_DATABASE_URL!.trim());
+  const target = { port: Number(url.port || 5432), host: url.hostname };
+  const sockets = new Set<net.Socket>();
+  let n = 0;
+  const p = net.createServer((client) => {
+    n += 1;
+    client.on('error', () => {});
+    const how = plan(n);
+    if (how === true) {
+      client.resume();
+      client.end();
+      return;
+    }
+    if (how !== false) {
+      client.once('data', () => client.end(how));
+      return;
+    }
+    const up = net.connect(target.port, target.host);
+    up.on('error', () => client.destroy());
+    for (const s of [client, up]) {
+      sockets.add(s);
+      s.on('close', () => sockets.delete(s));
+    }
+    client.on('close', () => up.destroy());
+    up.on('close', () => client.destroy());
+    client.pipe(up);
+    up.pipe(client);
+  });
+  await new Promise<void>((listening) => p.listen(0, '127.0.0.1', listening));
+  url.hostname = '127.0.0.1';
+  url.port = String((p.address() as AddressInfo).port);
+  return {
+    url: url.toString(),
+    endAll: () => {
+      for (const s of sockets) s.end();
+    },
+    close: () =>
+      new Promise<void>((closed) => {
+        for (const s of sockets) s.destroy();
+        p.close(() => closed());
+      }),
+  };
+}
+
+/** Warrant's pool options (src/node/db.ts) that matter here. */
+const POOL = { max: 10, connect_timeout: 5, backoff: () => 0.05 + Math.random() * 0.1, fetch_types: false, onnotice: () => {} } as const;
+
+// A reserve waits in the pool's queue and is also the statement a new connection is opened for (the
+// fix of porsager/postgres#751). Rejected with that connection, it stayed in the queue: the next
+// connection to open was handed to it, to nobody, and was lost to the pool, while the other reserve
+// waited for good.
+test.runIf(BACKENDS.includes('postgres'))('two reserves while one new connection is closed at once: both settle, and no connection is lost', async () => {
+  const p = await proxy((n) => n === 2);
+  const sql = postgres(p.url, POOL);
+  try {
+    const outcomes = await Promise.all(
+      [sql.reserve(), sql.reserve()].map((r) =>
+        settled(
+          r.then((c) => c.release()),
+          3000,
+          driverCode,
+        ),
+      ),
+    );
+    expect(outcomes.sort()).toEqual(['CONNECTION_CLOSED', 'answered']);
+    // Every connection serves a statement of a full round, once the one reopened after the close
+    // has waited out its backoff (until then a statement waits behind another); a lost one never does.
+    let backends = 0;
+    for (let round = 0; round < 10 && backends < POOL.max; round++) {
+      const pids = await Promise.all(Array.from({ length: POOL.max }, () => sql<{ pid: number }[]>`SELECT pg_backend_pid() AS pid, pg_sleep(0.2)`));
+      backends = new Set(pids.map(([r]) => r?.pid)).size;
+    }
+    expect(backends).toBe(POOL.max);
+  } finally {
+    await sql.end({ timeout: 1 });
+    await p.close();
+  }
+});
+
+// When a connection closes, the pool reopens it for the first statement waiting, a reserve too; once
+// open, the connection went to whatever was still queued, not to that reserve, which waited for good.
+test.runIf(BACKENDS.includes('postgres'))('a reserve waiting for the only connection gets it once the server has closed it and it has reopened', async () => {
+  const p = await proxy(() => false);
+  const sql = postgres(p.url, { ...POOL, max: 1 });
+  try {
+    const busy = sql`SELECT pg_sleep(1)`.catch((e: { code?: string }) => e.code);
+    await new Promise((r) => setTimeout(r, 200));
+    const reserved = sql.reserve().then((c) => c.release());
+    p.endAll();
+    expect(await busy).toBe('CONNECTION_CLOSED');
+    expect(await settled(reserved, 3000)).toBe('answered');
+  } finally {
+    await sql.end({ timeout: 1 });
+    await p.close();
+  }
+});
+
+/** A FATAL ErrorResponse message, as PostgreSQL sends before it closes a connection it refuses. */
+function fatal(code: string, message: string): Buffer {
+  const body = Buffer.from(`SFATAL\0VFATAL\0C${code}\0M${message}\0\0`);
+  const head = Buffer.alloc(5);
+  head.write('E');
+  head.writeUInt32BE(body.length + 4, 1);
+  return Buffer.concat([head, body]);
+}
+
+// A connection closed mid-statement kept that statement as its current one: the next connection's
+// FATAL at startup was then taken for the statement's error and kept, the statement it was opened for
+// failed as CONNECTION_CLOSED instead, and the kept error failed the first statement on the next
+// healthy connection.
+test.runIf(BACKENDS.includes('postgres'))(
+  'after a close mid-statement, a refusal at startup fails its statement with its own error, and the next connection is clean',
+  async () => {
+    let refusing = false;
+    const p = await proxy(() => (refusing ? fatal('57P03', 'the database system is starting up') : false));
+    const sql = postgres(p.url, { ...POOL, max: 1 });
+    try {
+      const busy = settled(sql`SELECT pg_sleep(1)`, 3000, driverCode);
+      await new Promise((r) => setTimeout(r, 200));
+      refusing = true;
+      p.endAll();
+      expect(await busy).toBe('CONNECTION_CLOSED');
+      expect(await settled(sql`SELECT 1`, 3000, driverCode)).toBe('57P03');
+      refusing = false;
+      expect(await settled(sql`SELECT 1`, 3000, driverCode)).toBe('answered');
+    } finally {
+      await sql.end({ timeout: 1 });
+      await p.close();
+    }
+  },
+);
