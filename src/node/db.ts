@@ -112,7 +112,7 @@ function openPostgres(url: string, max: number, timeoutMs: number): Database {
     },
     async migrate() {
       // One connection, so the session-level advisory lock covers the migrator's statements.
-      const one = postgres(url, { max: 1, connect_timeout: 5, onnotice: () => {} });
+      const one = postgres(url, { max: 1, connect_timeout: 5, backoff: reconnectDelay, onnotice: () => {} });
       try {
         await one`SELECT pg_advisory_lock(${MIGRATION_LOCK})`;
         await migratePostgres(drizzlePostgres(one), { migrationsFolder: MIGRATIONS });
@@ -146,6 +146,9 @@ function listenForRevocations(url: string, applicationName: string, forget: (key
     idle_timeout: 0,
     max_lifetime: null,
     connect_timeout: 5,
+    // As the pool's: postgres.js's own grows to 10–20 s after a few failed attempts, and the listener
+    // would be that late to listen again once the database is back.
+    backoff: reconnectDelay,
     fetch_types: false,
     onnotice: () => {},
     connection: { application_name: applicationName },

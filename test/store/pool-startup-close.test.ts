@@ -12,6 +12,7 @@ import { sql } from 'drizzle-orm';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { openDatabase, type Database } from '../../src/node/db.js';
+import { KEY_REVOKED_CHANNEL } from '../../src/store/store.js';
 import { BACKENDS } from '../support/db.js';
 
 /** drizzle wraps the driver's error in one of its own (`cause`). */
@@ -236,4 +237,42 @@ test.runIf(BACKENDS.includes('postgres'))(
       await p.close();
     }
   },
+);
+
+// The revocation listener's connection waits postgres.js's backoff between attempts. postgres.js's own
+// grows with each failed attempt (to 10–20 s after seven), and a refused or closed connection counts
+// as one: after an outage of some seconds the listener listened again seconds after the database was back.
+test.runIf(BACKENDS.includes('postgres'))(
+  'the revocation listener listens again within about a second of an outage ending',
+  async () => {
+    let down = false;
+    const p = await proxy(() => down);
+    const database = await openDatabase({ databaseUrl: p.url });
+    const notifier = postgres(process.env.TEST_DATABASE_URL!.trim(), { max: 1, onnotice: () => {} });
+    const forgotten: (string | null)[] = [];
+    database.listenKeyRevocations((keyId) => forgotten.push(keyId));
+    /** Whether a notice sent now reaches the listener within 100 ms. */
+    const hears = async (probe: string): Promise<boolean> => {
+      await notifier`SELECT pg_notify(${KEY_REVOKED_CHANNEL}, ${probe})`;
+      await new Promise((r) => setTimeout(r, 100));
+      return forgotten.includes(probe);
+    };
+    try {
+      let heard = false;
+      for (let i = 0; i < 50 && !heard; i++) heard = await hears(`before-${i}`);
+      expect(heard).toBe(true);
+      down = true;
+      p.endAll();
+      await new Promise((r) => setTimeout(r, 8000));
+      down = false;
+      heard = false;
+      for (let i = 0; i < 20 && !heard; i++) heard = await hears(`after-${i}`);
+      expect(heard).toBe(true);
+    } finally {
+      await notifier.end({ timeout: 1 });
+      await database.close();
+      await p.close();
+    }
+  },
+  20_000,
 );
