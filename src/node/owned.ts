@@ -88,7 +88,11 @@ export function writeExclusive(path: string, text: string, mode: number): string
   const tmp = `${path}.${randomBytes(9).toString('base64url')}.tmp`;
   const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
   try {
-    writeSync(fd, text);
+    // A full disk takes part of a write without an error: the cut ring, renamed into place, would
+    // replace the whole one (its private keys lost) with a file that no longer loads.
+    const bytes = Buffer.from(text);
+    const written = writeSync(fd, bytes);
+    if (written !== bytes.length) throw new Error(`only ${written} of ${bytes.length} bytes of ${tmp} could be written (is its disk full?)`);
     fsyncSync(fd); // a crash after the rename must not leave an empty ring in place
   } catch (e) {
     closeSync(fd);
