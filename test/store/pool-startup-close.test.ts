@@ -276,3 +276,16 @@ test.runIf(BACKENDS.includes('postgres'))(
   },
   20_000,
 );
+
+// prefer-standby takes a primary when no later host is left to try. postgres.js tested the host it was
+// on, not the next one, so with hosts counted it refused the last primary (CONNECTION_DESTROYED).
+test.runIf(BACKENDS.includes('postgres'))('target_session_attrs=prefer-standby over two primaries settles on the last', async () => {
+  const u = new URL(process.env.TEST_DATABASE_URL!.trim());
+  const auth = u.username === '' ? '' : `${u.username}${u.password === '' ? '' : `:${u.password}`}@`;
+  const sql = postgres(`${u.protocol}//${auth}${u.host},${u.host}${u.pathname}?target_session_attrs=prefer-standby`, { ...POOL, max: 1 });
+  try {
+    for (let i = 0; i < 2; i++) expect(await settled(sql`SELECT 1`, 5000, driverCode)).toBe('answered');
+  } finally {
+    await sql.end({ timeout: 1 });
+  }
+});
