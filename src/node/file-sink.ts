@@ -7,11 +7,11 @@
  * (or point the directory at storage the database's administrators cannot write) and the audit holds
  * up against them: `npm run audit -- verify --checkpoints <dir>` checks the database against them.
  */
-import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, readSync, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, fsyncSync, ftruncateSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 import { lineText, parseLines, type CheckpointLine } from '../audit/checkpoint.js';
 import type { CheckpointSink } from '../audit/publish.js';
-import { ensureOwnDir, openOwnFile } from './owned.js';
+import { ensureOwnDir, openOwnFile, writeWhole } from './owned.js';
 
 const SINK_DIR = 'the checkpoint directory';
 const SINK_FILE = 'the checkpoint file';
@@ -64,18 +64,16 @@ export class FileSink implements CheckpointSink {
 
 /**
  * Appends `text` (whole lines) to the open file, fsync'd, or leaves the file as it was and throws. A
- * full disk takes part of a write without an error (`writeSync` returns the bytes it wrote): the cut
- * line, kept, would make the file's last line no checkpoint, and every later round of the tenant fail
- * on it, after the disk has room again too. An unfinished line at the end (`tail`) is cut first.
+ * line cut short by a full disk (`writeWhole`), kept, would make the file's last line no checkpoint,
+ * and every later round of the tenant fail on it, after the disk has room again too. An unfinished
+ * line at the end (`tail`) is cut first.
  */
 function appendWhole(fd: number, path: string, text: Buffer): void {
   const size = fstatSync(fd).size;
   const at = size - tail(fd, size).unfinished;
   if (at !== size) ftruncateSync(fd, at);
-  let written = 0;
   try {
-    written = writeSync(fd, text);
-    if (written !== text.length) throw new Error(`only ${written} of ${text.length} bytes could be written (is its disk full?)`);
+    writeWhole(fd, text, path);
     fsyncSync(fd);
   } catch (e) {
     ftruncateSync(fd, at);

@@ -80,6 +80,15 @@ export function openOwnFile(path: string, what: string, secret: boolean, flags: 
 }
 
 /**
+ * Writes all of `bytes` to the open file `name`, or throws. A full disk takes part of a write without
+ * an error: `writeSync` returns the bytes it wrote, and the rest would be silently lost.
+ */
+export function writeWhole(fd: number, bytes: Buffer, name: string): void {
+  const written = writeSync(fd, bytes);
+  if (written !== bytes.length) throw new Error(`only ${written} of ${bytes.length} bytes of ${name} could be written (is its disk full?)`);
+}
+
+/**
  * Writes `text` to a new file in `path`'s directory under an unguessable name, created exclusively
  * (never an existing file, never through a link) with `mode`, and returns that name: the caller
  * renames or links it into place, so a reader sees the old file or the whole new one.
@@ -88,11 +97,9 @@ export function writeExclusive(path: string, text: string, mode: number): string
   const tmp = `${path}.${randomBytes(9).toString('base64url')}.tmp`;
   const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
   try {
-    // A full disk takes part of a write without an error: the cut ring, renamed into place, would
-    // replace the whole one (its private keys lost) with a file that no longer loads.
-    const bytes = Buffer.from(text);
-    const written = writeSync(fd, bytes);
-    if (written !== bytes.length) throw new Error(`only ${written} of ${bytes.length} bytes of ${tmp} could be written (is its disk full?)`);
+    // Cut short, the ring renamed into place would replace the whole one (its private keys lost) with
+    // a file that no longer loads.
+    writeWhole(fd, Buffer.from(text), tmp);
     fsyncSync(fd); // a crash after the rename must not leave an empty ring in place
   } catch (e) {
     closeSync(fd);
