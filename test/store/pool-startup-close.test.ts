@@ -4,8 +4,9 @@
  * opened for, after one attempt (postgres.js, patched: patches/postgres+3.4.9.patch); the next
  * connection to the same server waits for the pool's backoff. postgres.js as released reconnected at
  * once without end and cancelled `connect_timeout` at each close, so the statement never settled and
- * one connection made over a thousand attempts a second (porsager/postgres#1193). No database is
- * needed: the server here accepts and closes every connection.
+ * one connection made over a thousand attempts a second (porsager/postgres#1193). The first tests
+ * need no database (the server here accepts and closes every connection); the others, on PostgreSQL
+ * only, go to the test database, some through a proxy, for the rest of the pool's fixes.
  */
 import net, { type AddressInfo } from 'node:net';
 import { sql } from 'drizzle-orm';
@@ -51,6 +52,16 @@ afterAll(async () => {
   await new Promise((closed) => server.close(closed));
 });
 
+/**
+ * The test database's URL with `hosts(its host)` as its hosts, and `search` as its query (URL's host
+ * setter would drop a list).
+ */
+function testDatabaseAt(hosts: (host: string) => string, search?: string): string {
+  const u = new URL(process.env.TEST_DATABASE_URL!.trim());
+  const auth = u.username === '' ? '' : `${u.username}${u.password === '' ? '' : `:${u.password}`}@`;
+  return `${u.protocol}//${auth}${hosts(u.host)}${u.pathname}${search ?? u.search}`;
+}
+
 /** How the statement ended ('answered' or its error's code), or 'pending' if it had not after `ms`. */
 function settled(statement: Promise<unknown>, ms: number, code = drizzleCode): Promise<string> {
   return Promise.race([
@@ -87,11 +98,8 @@ test('with a list of hosts, a statement fails once it has tried each of them', a
 });
 
 test.runIf(BACKENDS.includes('postgres'))('with a list of hosts, a statement goes on to a later host that answers', async () => {
-  const u = new URL(process.env.TEST_DATABASE_URL!.trim());
   const { port } = server.address() as AddressInfo;
-  // This server first, then the database (URL's host setter would drop the list).
-  const auth = u.username === '' ? '' : `${u.username}${u.password === '' ? '' : `:${u.password}`}@`;
-  const failover = await openDatabase({ databaseUrl: `${u.protocol}//${auth}127.0.0.1:${port},${u.host}${u.pathname}${u.search}` });
+  const failover = await openDatabase({ databaseUrl: testDatabaseAt((host) => `127.0.0.1:${port},${host}`) });
   const before = accepted;
   try {
     for (let i = 0; i < 3; i++) expect(await settled(failover.db.execute(sql`SELECT 1`), 5000)).toBe('answered');
@@ -280,9 +288,10 @@ test.runIf(BACKENDS.includes('postgres'))(
 // prefer-standby takes a primary when no later host is left to try. postgres.js tested the host it was
 // on, not the next one, so with hosts counted it refused the last primary (CONNECTION_DESTROYED).
 test.runIf(BACKENDS.includes('postgres'))('target_session_attrs=prefer-standby over two primaries settles on the last', async () => {
-  const u = new URL(process.env.TEST_DATABASE_URL!.trim());
-  const auth = u.username === '' ? '' : `${u.username}${u.password === '' ? '' : `:${u.password}`}@`;
-  const sql = postgres(`${u.protocol}//${auth}${u.host},${u.host}${u.pathname}?target_session_attrs=prefer-standby`, { ...POOL, max: 1 });
+  const sql = postgres(
+    testDatabaseAt((host) => `${host},${host}`, '?target_session_attrs=prefer-standby'),
+    { ...POOL, max: 1 },
+  );
   try {
     for (let i = 0; i < 2; i++) expect(await settled(sql`SELECT 1`, 5000, driverCode)).toBe('answered');
   } finally {
