@@ -6,7 +6,6 @@
  * database opened, so a second server or a busy port stops before anything is opened. Once it
  * listens, seals made under older signing keys are renewed under the active one, in the background.
  */
-import { writeFileSync } from 'node:fs';
 import type { Server as HttpServer } from 'node:http';
 import { Server as NetServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -27,7 +26,7 @@ import { FileSink } from './file-sink.js';
 
 import { loadKeys } from './keyfile.js';
 import { assertDisjoint } from '../crypto/keys.js';
-import { ensureOwnDir } from './owned.js';
+import { ensureOwnDir, replaceFile } from './owned.js';
 import { useNativeBase64url, useNativeSha256 } from './native-hash.js';
 
 /** Binds the port; a busy or forbidden port is a refusal (exit 1) before the database is opened. */
@@ -67,9 +66,10 @@ async function main(): Promise<void> {
   if (database.kind === 'pglite') log({ msg: 'durability of the embedded database', durability: PGLITE_DURABILITY });
 
   if (database.kind === 'pglite' && (await store.countTenants()) === 0) {
-    const { apiKey } = await createTenant(store, 'default', now());
     const file = join(config.dataDir, 'default-api-key');
-    writeFileSync(file, `${apiKey}\n`, { mode: 0o600 });
+    // The key file is written whole and fsync'd before the tenant is stored: written after, a failed
+    // write (a full disk) or a crash between the two left a default tenant whose key nobody had.
+    await createTenant(store, 'default', now(), (apiKey) => replaceFile(file, `${apiKey}\n`, 0o600));
     log({ msg: 'created tenant "default"; its API key is in the file', file });
   }
 

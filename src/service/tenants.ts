@@ -18,10 +18,15 @@ export interface CreatedTenant {
   readonly keyId: string;
 }
 
-/** Creates a tenant with one admin key. */
-export async function createTenant(store: Store, name: string, now: Date): Promise<CreatedTenant> {
+/**
+ * Creates a tenant with one admin key. `keep` is given the key before the tenant is stored, to keep it
+ * where its user will find it: if that fails, nothing is stored, so no tenant is left with a key
+ * nobody has.
+ */
+export async function createTenant(store: Store, name: string, now: Date, keep?: (apiKey: string) => void): Promise<CreatedTenant> {
   const tenant = { id: newId('ten'), name };
   const key = newApiKey(tenant.id, { name: 'initial', roles: ['admin'], expiresAt: null }, now);
+  keep?.(key.apiKey);
   await store.createTenant({ ...tenant, createdAt: now }, key.record);
   return { tenant, apiKey: key.apiKey, keyId: key.record.id };
 }

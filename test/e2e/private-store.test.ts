@@ -3,10 +3,11 @@
  * nothing in it open to group or others (and, run as root, user `nobody` can read or write none of
  * it); a directory others can reach is refused, and so is one that is, or holds, a symbolic link
  * (its target escapes these checks); a second server or CLI on a held directory exits 2
- * naming the holder and opens nothing; a busy port stops the server before the database is opened.
+ * naming the holder and opens nothing; a busy port stops the server before the database is opened;
+ * the default tenant is stored only once its key file is written.
  */
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, symlinkSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmdirSync, statSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
 import { ensurePrivateDir, reachableByOthers, StartupRefused } from '../../src/node/datadir.js';
@@ -183,6 +184,22 @@ describe('the embedded data directory', () => {
       expect(existsSync(join(dataDir, 'warrant.lock'))).toBe(false);
     } finally {
       expect(await first.stop()).toBe(0);
+    }
+  }, 90_000);
+
+  // Written after the tenant was stored, a key file that could not be written (a full disk, here a
+  // directory in its place) or a crash between the two left a default tenant whose key nobody had:
+  // the next start saw a tenant, made none, and wrote no file.
+  test('the default tenant is stored only once its key file is written', async () => {
+    const dataDir = join(tempDir(), 'data');
+    mkdirSync(join(dataDir, 'default-api-key'), { recursive: true, mode: 0o700 });
+    await expect(startServer({ dataDir })).rejects.toThrow(/exited \(1\) before listening/);
+    rmdirSync(join(dataDir, 'default-api-key'));
+    const server = await startServer({ dataDir });
+    try {
+      expect((await server.call('GET', '/v1/audit?limit=1')).status).toBe(200);
+    } finally {
+      expect(await server.stop()).toBe(0);
     }
   }, 90_000);
 });
