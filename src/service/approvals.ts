@@ -30,7 +30,7 @@ import type { Deadline } from '../store/deadline.js';
 import type { DecisionTx, Store } from '../store/store.js';
 import { EARLIER_OUTCOME, findApproval, INSERT_APPROVAL, listApprovals, LOCK_APPROVAL, SETTLE_APPROVAL, type ApprovalRecord } from '../store/tools.js';
 import type { AuditDraft, CallerIds, DecisionWriter } from '../store/writer.js';
-import { ApiError, unavailableFrom } from './errors.js';
+import { ApiError, unavailableFrom, unreadAfterCommit } from './errors.js';
 import type { Reply } from './authority.js';
 import { asStored, type ResponseSealer } from './seal.js';
 import type { Role } from './keys.js';
@@ -245,7 +245,8 @@ export class Approvals {
     if (r.requestedBy !== null && caller?.keyId === r.requestedBy) throw await this.refuseSelf(r, how.decision, caller, deadline);
     if (r.state === 'pending' && r.expiresAt.getTime() <= this.now().getTime()) await this.settle(r, null, caller, deadline);
     else if (r.state === 'pending') await this.settle(r, how, caller, deadline);
-    const after = await this.guard(() => this.find(tenantId, id));
+    // Once settled here, the resolution may have committed: a failure reading it back is not `not_committed`.
+    const after = r.state === 'pending' ? await this.readBack(() => this.find(tenantId, id)) : await this.guard(() => this.find(tenantId, id));
     if (after.state !== STATE_OF[how.decision]) throw new ApiError(409, 'approval_resolved', `the approval is already ${after.state}`, { state: after.state });
     return { status: 200, body: approvalBody(after) };
   }
@@ -445,6 +446,16 @@ export class Approvals {
       this.writer.submit({ tenantId: r.tenantId, fence: null, chainOf: r.capabilityId, caller, run: async () => ({ result: null, audit }) }, deadline),
     );
     return new ApiError(403, 'self_approval', 'the API key that asked for this call may not resolve it: another approver must');
+  }
+
+  /** A read after this request's own write committed: a store failure is 503 with outcome `unknown`. */
+  private async readBack<R>(f: () => Promise<R>): Promise<R> {
+    try {
+      return await f();
+    } catch (e) {
+      if (e instanceof ApiError) throw e;
+      throw unreadAfterCommit();
+    }
   }
 
   private async guard<R>(f: () => Promise<R>): Promise<R> {

@@ -65,6 +65,17 @@ export function unavailable(outcome: UnavailableOutcome = 'not_committed'): ApiE
   return new ApiError(503, 'unavailable', message, { outcome });
 }
 
+/**
+ * The 503 for a failure after the request's write committed, while reading back what it wrote:
+ * the write took effect, so the answer must not say `not_committed`. Repeating the request reads it
+ * (a tool registered again unchanged is `created: false`; a resolution repeated answers the approval as it stands).
+ */
+export function unreadAfterCommit(): ApiError {
+  return new ApiError(503, 'unavailable', 'the request committed, but reading back its result failed: repeat it to read the result', {
+    outcome: 'unknown',
+  });
+}
+
 /** The 503 for a failure of the store: `unknown` only when a COMMIT was sent and not confirmed. */
 export function unavailableFrom(e: unknown): ApiError {
   return unavailable(e instanceof StoreUnavailable && e.outcome === 'unknown' ? 'unknown' : 'not_committed');

@@ -18,7 +18,7 @@ import type { Deadline } from '../store/deadline.js';
 import type { Store } from '../store/store.js';
 import { findTool, INSERT_TOOL, LATEST_TOOL, latestRegistered, listTools, type ToolRecord } from '../store/tools.js';
 import { tenantDraft, type CallerIds, type DecisionWriter } from '../store/writer.js';
-import { ApiError, unavailableFrom } from './errors.js';
+import { ApiError, unavailableFrom, unreadAfterCommit } from './errors.js';
 import type { Reply } from './authority.js';
 import { asStored, type ResponseSealer } from './seal.js';
 
@@ -176,8 +176,9 @@ export class ToolRegistry {
     }
     const def = { description: body.description, input_schema: body.input_schema, side_effect: body.side_effect, right: body.right, target: body.target };
     const sealer = await this.sealing();
+    let out: { created: boolean; version: number };
     try {
-      const out = await this.writer.submit<{ created: boolean; version: number }>(
+      out = await this.writer.submit<{ created: boolean; version: number }>(
         {
           tenantId,
           fence: null,
@@ -255,13 +256,19 @@ export class ToolRegistry {
         },
         deadline,
       );
-      const found = await findTool(this.store.db, tenantId, name, out.version);
-      if (found === null) throw new ApiError(404, 'not_found', 'no such tool');
-      return { status: out.created ? 201 : 200, body: toolBody(await this.checked(found)) };
     } catch (e) {
       if (e instanceof ApiError) throw e;
       throw unavailableFrom(e);
     }
+    // Committed (or found registered already): a failure from here on cannot say it changed nothing.
+    let found;
+    try {
+      found = await findTool(this.store.db, tenantId, name, out.version);
+    } catch {
+      throw unreadAfterCommit();
+    }
+    if (found === null) throw new ApiError(404, 'not_found', 'no such tool');
+    return { status: out.created ? 201 : 200, body: toolBody(await this.checked(found)) };
   }
 
   async get(tenantId: string, name: string, version?: number): Promise<Reply> {

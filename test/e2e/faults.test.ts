@@ -4,12 +4,14 @@
  * client saw is in the audit log and charges match audit rows), a database outage through a TCP
  * proxy (fail closed with 503, recover without a restart), and a proxy that accepts every connection
  * and closes it at once, as a load balancer with no database behind it does (503 at once, reconnects
- * spaced out, recovery).
+ * spaced out, recovery), and connections cut right after a COMMIT is confirmed (a request whose write
+ * committed says so: outcome `unknown`).
  */
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { openTestDatabase, type TestDatabase } from '../support/db.js';
 import { cleanupServers, startServer, tempDir, type RunningServer } from '../support/server.js';
+import { SHELL } from '../support/tools.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Body = any;
@@ -137,6 +139,12 @@ interface Proxy {
    * (a FIN, no error message): what a TCP load balancer or pooler with no database behind it does.
    */
   shed(): void;
+  /**
+   * From now on, the first COMMIT the database confirms (its CommandComplete and the ReadyForQuery
+   * after it) still reaches the client; at that moment nothing more goes to the database, and every
+   * connection is then cut as by `cut()`. Whatever the client sends after its COMMIT fails.
+   */
+  cutAfterCommit(): void;
   /** Forwards new connections again. */
   restore(): void;
   /** Connections accepted so far. */
@@ -148,6 +156,11 @@ interface Proxy {
 function startProxy(target: URL): Promise<Proxy> {
   const sockets = new Set<Socket>();
   let mode: 'open' | 'cut' | 'shed' = 'open';
+  let cutAfterCommit = false;
+  const cutAll = (): void => {
+    mode = 'cut';
+    for (const s of sockets) s.destroy();
+  };
   let accepted = 0;
   const server: Server = createServer((client) => {
     accepted += 1;
@@ -174,17 +187,41 @@ function startProxy(target: URL): Promise<Proxy> {
         other.destroy();
       });
     }
-    client.pipe(upstream);
-    upstream.pipe(client);
+    client.on('data', (c: Buffer) => {
+      if (mode === 'open') upstream.write(c);
+    });
+    // The server's messages (a type byte, then a length that counts itself), scanned for a COMMIT's
+    // CommandComplete ('C', tag "COMMIT") and the ReadyForQuery ('Z') that follows it.
+    let held = Buffer.alloc(0);
+    let commitTag = false;
+    upstream.on('data', (c: Buffer) => {
+      let confirmed = false;
+      held = Buffer.concat([held, c]);
+      while (held.length >= 5 && held.length >= 1 + held.readUInt32BE(1)) {
+        const type = String.fromCharCode(held[0]!);
+        const end = 1 + held.readUInt32BE(1);
+        if (type === 'C') commitTag = held.subarray(5, end - 1).toString() === 'COMMIT';
+        else if (type === 'Z') {
+          confirmed ||= commitTag;
+          commitTag = false;
+        }
+        held = held.subarray(end);
+      }
+      if (confirmed && cutAfterCommit && mode === 'open') {
+        cutAfterCommit = false;
+        mode = 'cut';
+        client.write(c, cutAll);
+      } else if (mode === 'open') client.write(c);
+    });
   });
   return new Promise((done) => {
     server.listen(0, '127.0.0.1', () => {
       const address = server.address();
       done({
         port: typeof address === 'object' && address !== null ? address.port : 0,
-        cut() {
-          mode = 'cut';
-          for (const s of sockets) s.destroy();
+        cut: cutAll,
+        cutAfterCommit() {
+          cutAfterCommit = true;
         },
         shed() {
           mode = 'shed';
@@ -192,6 +229,7 @@ function startProxy(target: URL): Promise<Proxy> {
         },
         restore() {
           mode = 'open';
+          cutAfterCommit = false;
         },
         accepted: () => accepted,
         close: () =>
@@ -379,6 +417,56 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('faults on PostgreSQL with real 
       expect(reconnects).toBeLessThan(800);
       expect(answers.slice(restored).some((r) => r.body?.decision === 'grant')).toBe(true);
       expect(unaudited(await auditLog(server), answers)).toEqual([]);
+      await expectVerified(server);
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
+
+  test('a read-back that fails after its write committed answers outcome unknown, not not_committed', async () => {
+    const proxy = await startProxy(new URL(database.url!));
+    try {
+      // No checkpoints: the COMMIT the proxy lets through must be the request's own.
+      const env = { DATABASE_URL: through(proxy, database.url!), WARRANT_CHECKPOINT_INTERVAL_S: '0', WARRANT_DEADLINE_MS: '2000' };
+      const server = await startServer({ env, keysDir, apiKey: a.apiKey });
+      const outcomeOf = (r: { status: number; body: Body }): unknown => [r.status, r.body.error?.code, r.body.error?.outcome];
+      const recovered = async (): Promise<void> => {
+        proxy.restore();
+        let ready = 0;
+        for (let i = 0; i < 150 && ready !== 200; i++) {
+          ready = (await server.call('GET', '/readyz', undefined, { key: null })).status;
+          if (ready !== 200) await sleep(100);
+        }
+        expect(ready).toBe(200);
+      };
+
+      // A tool's registration commits, then reading the new version back fails.
+      proxy.cutAfterCommit();
+      expect(outcomeOf(await server.call('PUT', '/v1/tools/shell', SHELL))).toEqual([503, 'unavailable', 'unknown']);
+      await recovered();
+      expect((await server.call('GET', '/v1/tools/shell')).body.version).toBe(1);
+      expect((await server.call('PUT', '/v1/tools/shell', SHELL)).status).toBe(200);
+
+      // An approval's resolution commits, then reading the approval back fails.
+      const keyOf = async (roles: string[]): Promise<string> => (await server.call('POST', '/v1/api-keys', { name: roles[0], roles })).body.api_key as string;
+      const driver = await keyOf(['driver']);
+      const approver = await keyOf(['approver']);
+      const cap = await server.call('POST', '/v1/capabilities', {
+        trajectory_id: 'read-back',
+        rights: ['execute'],
+        objects: [{ kind: 'path', prefix: '/workspace' }],
+        predicate: { budget: 10 },
+        ttl_s: 3600,
+      });
+      const call = { token: cap.body.token, tool: 'shell', args: { command: 'make', cwd: '/workspace/app', timeout_ms: 30000 }, cost: 1, call_id: 'rb-1' };
+      const asked = await server.call('POST', '/v1/approve', call, { key: driver });
+      expect(asked.body.decision).toBe('pending');
+      const path = `/v1/approvals/${asked.body.approval_id as string}`;
+      proxy.cutAfterCommit();
+      expect(outcomeOf(await server.call('POST', path, { decision: 'approve' }, { key: approver }))).toEqual([503, 'unavailable', 'unknown']);
+      await recovered();
+      expect((await server.call('GET', path, undefined, { key: approver })).body.state).toBe('approved');
+      expect((await server.call('POST', '/v1/approve', call, { key: driver })).body.decision).toBe('grant');
       await expectVerified(server);
     } finally {
       await proxy.close();
