@@ -346,7 +346,10 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   // pile up as much on their idempotency claims as on the writer.
   let decisionsPending = 0;
   const maxPending = deps.maxPending ?? DEFAULT_MAX_PENDING;
-  if (deps.metrics !== undefined) deps.metrics.pendingDecisions = () => decisionsPending;
+  if (deps.metrics !== undefined) {
+    deps.metrics.pendingDecisions = () => decisionsPending;
+    deps.metrics.longPolls = () => authority.approvals.waiting;
+  }
   /** Runs a decision request, or refuses it at once (503, nothing committed) when too many are pending. */
   const admitted = async (decide: () => Promise<Reply>): Promise<Reply> => {
     if (decisionsPending >= maxPending) {

@@ -54,6 +54,8 @@ export class Metrics {
   cpuSeconds?: () => number;
   /** Decisions pending in the writer (queued or in an open batch), read at each scrape when set. */
   pendingDecisions?: () => number;
+  /** Approval long-polls waiting now, read at each scrape when set. */
+  longPolls?: () => number;
 
   private shedCount = 0;
   private keyReadsShedCount = 0;
@@ -132,6 +134,7 @@ export class Metrics {
     const pool = this.poolUse === undefined ? undefined : await within(Deadline.in(POOL_READ_BOUND_MS), this.poolUse()).catch(() => undefined);
     const cpu = this.cpuSeconds?.();
     const pending = this.pendingDecisions?.();
+    const polls = this.longPolls?.();
     const out = [
       '# HELP warrant_decisions_shed_total Decisions refused at once (503) because too many were pending.',
       '# TYPE warrant_decisions_shed_total counter',
@@ -151,6 +154,13 @@ export class Metrics {
             '# HELP warrant_decisions_pending Decisions waiting for their audit commit (queued or in an open batch).',
             '# TYPE warrant_decisions_pending gauge',
             `warrant_decisions_pending ${pending}`,
+          ]),
+      ...(polls === undefined
+        ? []
+        : [
+            '# HELP warrant_approvals_long_polls Approval long-polls (GET /v1/approvals/{id}?wait_s=) waiting now; at the most an instance holds, a poll is answered at once.',
+            '# TYPE warrant_approvals_long_polls gauge',
+            `warrant_approvals_long_polls ${polls}`,
           ]),
       ...(this.available === undefined
         ? []

@@ -208,6 +208,11 @@ export class Approvals {
   /** Long-polls waiting now (see MAX_LONG_POLLS). */
   private polling = 0;
 
+  /** Long-polls waiting now, at most MAX_LONG_POLLS (the gauge `warrant_approvals_long_polls`). */
+  get waiting(): number {
+    return this.polling;
+  }
+
   constructor(
     private readonly store: Store,
     private readonly writer: DecisionWriter,

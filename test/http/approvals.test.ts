@@ -7,6 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createApp } from '../../src/http/app.js';
+import { Metrics } from '../../src/http/metrics.js';
 import { openDatabase, type Database } from '../../src/node/db.js';
 import { APPROVAL_TTL_S, MAX_LONG_POLLS } from '../../src/service/approvals.js';
 import { Store } from '../../src/store/store.js';
@@ -31,8 +32,8 @@ async function callOn(app: App, key: string, method: string, path: string, body?
 
 describe.each(BACKENDS)('approvals on %s', (backend) => {
   let h: Harness;
-  /** A second instance: its own app and writer (and, on PostgreSQL, its own pool) on the same database. */
-  let other: { app: App; writer: DecisionWriter; database?: Database };
+  /** A second instance: its own app, writer and metrics (and, on PostgreSQL, its own pool) on the same database. */
+  let other: { app: App; writer: DecisionWriter; metrics: Metrics; database?: Database };
   let driver: string;
   let approver: { key: string; id: string };
   let seq = 0;
@@ -42,9 +43,11 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     const database = backend === 'postgres' ? await openDatabase({ databaseUrl: String(h.database.url), poolSize: 4 }) : undefined;
     const db = database?.db ?? h.database.db;
     const writer = new DecisionWriter(db, { now: h.clock.now, deadlineMs: TEST_DEADLINE_MS });
+    const metrics = new Metrics();
     other = {
-      app: createApp({ store: new Store(db), writer, keys: h.keys, auditKeys: h.auditKeys, now: h.clock.now, deadlineMs: TEST_DEADLINE_MS }),
+      app: createApp({ store: new Store(db), writer, metrics, keys: h.keys, auditKeys: h.auditKeys, now: h.clock.now, deadlineMs: TEST_DEADLINE_MS }),
       writer,
+      metrics,
       ...(database === undefined ? {} : { database }),
     };
     for (const [name, tool] of Object.entries(CATALOG)) expect((await h.call('PUT', `/v1/tools/${name}`, tool)).status).toBe(201);
@@ -287,16 +290,23 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
   test('beyond MAX_LONG_POLLS waiting at once, a long-poll is answered at once, as the approval stands', async () => {
     const cap = await mint();
     const id = (await shell(cap.token, 'run-many')).body.approval_id as string;
-    const polls = Array.from({ length: MAX_LONG_POLLS }, () => callOn(h.app, driver, 'GET', `/v1/approvals/${id}?wait_s=10`));
-    await new Promise((r) => setTimeout(r, 1000)); // every poll is waiting by now, even on a loaded machine
+    /** The instance's gauge of waiting long-polls, as a scrape reads it. */
+    const waiting = async (): Promise<number> => {
+      const text = await (await other.app.request('/metrics')).text();
+      return Number(/^warrant_approvals_long_polls (\d+)$/m.exec(text)?.[1]);
+    };
+    expect(await waiting()).toBe(0);
+    const polls = Array.from({ length: MAX_LONG_POLLS }, () => callOn(other.app, driver, 'GET', `/v1/approvals/${id}?wait_s=10`));
+    for (let i = 0; i < 250 && (await waiting()) < MAX_LONG_POLLS; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(await waiting()).toBe(MAX_LONG_POLLS);
     // Uncapped, this one would wait its 10 s like the others; capped, it answers at once. The approval
-    // is resolved only once it has answered (or has plainly been kept waiting): a fixed pause before
-    // resolving let a loaded machine read the approval after it.
-    const extra = callOn(h.app, driver, 'GET', `/v1/approvals/${id}?wait_s=10`);
+    // is resolved only once it has answered (or has plainly been kept waiting).
+    const extra = callOn(other.app, driver, 'GET', `/v1/approvals/${id}?wait_s=10`);
     const early = await Promise.race([extra.then((r) => r.body.state as string), new Promise((r) => setTimeout(() => r('kept waiting'), 5000))]);
-    await resolve(id, 'approve', 'b');
+    await resolve(id, 'approve', 'a');
     expect(early).toBe('pending');
     for (const p of await Promise.all(polls)) expect(p.body.state).toBe('approved');
+    expect(await waiting()).toBe(0);
   });
 
   test('a capability revoked while its call waits: approval decides it as approve would now', async () => {
