@@ -122,6 +122,16 @@ async function grantFrom(answers: readonly Answer[], from: number): Promise<void
   for (let i = 0; i < 100 && !answers.slice(from).some((r) => r.body?.decision === 'grant'); i++) await sleep(50);
 }
 
+/** Waits up to 15 s for `/readyz` to answer 200 (a pooled connection has reopened), and expects it. */
+async function readyAgain(server: RunningServer): Promise<void> {
+  let ready = 0;
+  for (let i = 0; i < 150 && ready !== 200; i++) {
+    ready = (await server.call('GET', '/readyz', undefined, { key: null })).status;
+    if (ready !== 200) await sleep(100);
+  }
+  expect(ready).toBe(200);
+}
+
 /** `url` with its host and port those of the proxy. */
 function through(proxy: Proxy, url: string): string {
   const u = new URL(url);
@@ -359,14 +369,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('faults on PostgreSQL with real 
       expect((await server.call('GET', '/readyz', undefined, { key: null })).status).toBe(503);
       const outage = answers.slice(during);
       proxy.restore();
-
-      let ready = 0;
-      // Up to 15 s: readiness comes back once a pooled connection has reopened.
-      for (let i = 0; i < 150 && ready !== 200; i++) {
-        ready = (await server.call('GET', '/readyz', undefined, { key: null })).status;
-        if (ready !== 200) await sleep(100);
-      }
-      expect(ready).toBe(200);
+      await readyAgain(server);
       const recovered = answers.length;
       await grantFrom(answers, recovered);
       await stop();
@@ -432,12 +435,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('faults on PostgreSQL with real 
       const outcomeOf = (r: { status: number; body: Body }): unknown => [r.status, r.body.error?.code, r.body.error?.outcome];
       const recovered = async (): Promise<void> => {
         proxy.restore();
-        let ready = 0;
-        for (let i = 0; i < 150 && ready !== 200; i++) {
-          ready = (await server.call('GET', '/readyz', undefined, { key: null })).status;
-          if (ready !== 200) await sleep(100);
-        }
-        expect(ready).toBe(200);
+        await readyAgain(server);
       };
 
       // A tool's registration commits, then reading the new version back fails.
