@@ -79,6 +79,30 @@ export class FenceLost extends Error {
   readonly code = 'in_flight';
 }
 
+/**
+ * One unit failed while its batch was deciding (its run threw, or its audit row holds what the store
+ * refuses): the batch is rolled back, that unit is answered with its own error, and the others go
+ * back to the queue for the next batch. One caller's bad request must not fail the decisions of every
+ * other caller, of any tenant, that shared its transaction.
+ */
+class UnitFailed extends Error {
+  constructor(
+    readonly pending: Pending,
+    options: { cause: unknown },
+  ) {
+    super('a decision failed its batch', options);
+  }
+}
+
+/** The unit a failed batch names as its cause, if it failed because of one unit's own work. */
+function failedUnit(e: unknown): UnitFailed | undefined {
+  for (let x = e; x instanceof Error; x = x.cause) if (x instanceof UnitFailed) return x;
+  return undefined;
+}
+
+/** Whether a row's JSON text holds a NUL (`\u0000`, not preceded by an escaping backslash), which jsonb refuses. */
+const holdsNul = (json: string): boolean => json.includes('\\u0000') && /(?:^|[^\\])(?:\\\\)*\\u0000/.test(json);
+
 interface Pending {
   readonly unit: DecisionUnit<unknown>;
   readonly resolve: (v: unknown) => void;
@@ -352,7 +376,12 @@ export class DecisionWriter {
         { signal: control.signal, onCommit },
       );
     } catch (e) {
-      this.failAll(batch, e);
+      // The others wait for this tree again, in a waiting lane: they may wait for locks, the main lane may not.
+      const requeue = (again: Pending[]): void => {
+        for (const p of again) p.state = 'deferred';
+        this.waiting.set(key, [...again, ...(this.waiting.get(key) ?? [])]);
+      };
+      if (!this.isolate(batch, e, requeue)) this.failAll(batch, e);
       return;
     }
     const done: BatchResult = (result as BatchResult | null) ?? { settled: new Map(), deferred: new Map() };
@@ -468,6 +497,11 @@ export class DecisionWriter {
         take();
         passTurn();
       } else await entered; // the connection may have closed while the body still ran
+      const requeue = (again: Pending[]): void => {
+        for (const p of again) p.state = 'queued';
+        this.queue.unshift(...again);
+      };
+      if (this.isolate(batch, e, requeue)) return;
       // Units the batch deferred were never written, whatever became of its COMMIT: they go on.
       const deferred = new Set([...result.deferred.values()].flat());
       this.failAll(
@@ -482,6 +516,22 @@ export class DecisionWriter {
     if (batch.length > 0) this.options.onDatabase?.('available');
     this.settleAll(batch, result);
     if (result.deferred.size > 0) this.defer(result.deferred);
+  }
+
+  /**
+   * A batch that failed before COMMIT because of one unit's own work: that unit is answered with its
+   * error (nothing of the batch committed), the others, not yet answered, go to `requeue` (ahead of
+   * what waits). False when the failure is not one unit's (the database, a deadline): the caller
+   * fails the batch as a whole. The lane's end starts the next one.
+   */
+  private isolate(batch: readonly Pending[], e: unknown, requeue: (again: Pending[]) => void): boolean {
+    const failed = failedUnit(e);
+    if (failed === undefined || (e instanceof BatchFailed && e.committing)) return false;
+    this.settle(failed.pending, { ok: false, error: failed.cause });
+    const again = batch.filter((p) => p !== failed.pending && p.state !== 'done');
+    for (const p of again) p.abandon = undefined;
+    requeue(again);
+    return true;
   }
 
   /** A failed batch's units: before COMMIT was sent nothing can have committed; after it, the outcome is unknown. */
@@ -563,7 +613,12 @@ export class DecisionWriter {
         settled.set(p, { ok: false, error: new FenceLost('the idempotency key was taken over') });
         continue;
       }
-      const out = await unit.run(dtx, now);
+      let out: Decided<unknown>;
+      try {
+        out = await unit.run(dtx, now);
+      } catch (e) {
+        throw new UnitFailed(p, { cause: e });
+      }
       const drafts: readonly AuditDraft[] = out.audit === null ? [] : Array.isArray(out.audit) ? out.audit : [out.audit as AuditDraft];
       for (const d of drafts) {
         // The tree's head as this unit's earlier rows left it (a new tree's starts at genesis).
@@ -593,7 +648,14 @@ export class DecisionWriter {
           rootTrajectoryId: unit.newTree !== undefined ? d.trajectoryId : unit.chainOf === undefined ? null : dtx.rootTrajectoryOf(unit.tenantId, unit.chainOf),
           prevHash: prev.hash,
         };
-        const { open, hash } = sealRow(row);
+        let sealed: { open: string; hash: string };
+        try {
+          sealed = sealRow(row); // throws on an unpaired surrogate
+          if (holdsNul(sealed.open)) throw new Error('the audit row holds a NUL, which the store refuses');
+        } catch (e) {
+          throw new UnitFailed(p, { cause: e });
+        }
+        const { open, hash } = sealed;
         // The inserted record is the hashed text itself plus its hash and tree (column names are the keys).
         rows.push(`${open},"hash":"${hash}","tree_id":${JSON.stringify(treeId)}}`);
         chain.set(key, { seq: row.seq, hash, lastId: row.id });

@@ -178,6 +178,43 @@ describe.each(BACKENDS)('the decision writer on %s', (backend) => {
     expect(await state()).toEqual(before);
     expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
   });
+
+  test.each<{ name: string; bad: () => DecisionUnit<string> }>([
+    {
+      name: 'its run throws after charging',
+      bad: () => {
+        const c = charge(1n);
+        return { ...c, run: async (tx, now) => (await c.run(tx, now), Promise.reject(new TypeError('a bug in one unit'))) };
+      },
+    },
+    // jsonb refuses both; the writer must find them before the batch's one insert does.
+    { name: 'its audit row holds a NUL', bad: () => charge(1n, { ...draft(), detail: { note: 'nul \u0000 here' } }) },
+    { name: 'its audit row holds an unpaired surrogate', bad: () => charge(1n, { ...draft(), detail: { note: 'half \ud83d' } }) },
+  ])('a unit that fails on its own ($name) fails alone: the others of its batch commit in the next', async ({ bad }) => {
+    const sizes: number[] = [];
+    const writer = new DecisionWriter(h.database.db, { now: h.clock.now, onBatch: (s) => sizes.push(s) });
+    const before = await state();
+    const outcomes = await Promise.allSettled([writer.submit(charge(1n)), writer.submit(bad()), writer.submit(charge(1n))]);
+    // One batch held all three; the two went on without the third (on PostgreSQL a batch may find
+    // their rows still locked by the first one's rollback and retry them once more).
+    expect(sizes[0]).toBe(3);
+    expect(sizes.slice(1).every((s) => s <= 2)).toBe(true);
+    expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+    const after = await state();
+    expect([after.spent - before.spent, after.calls - before.calls]).toEqual([2n, 2]);
+    expect(after.auditIds.slice(before.auditIds.length)).toEqual([
+      (outcomes[0] as PromiseFulfilledResult<string>).value,
+      (outcomes[2] as PromiseFulfilledResult<string>).value,
+    ]);
+    expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
+  });
+
+  test('a literal backslash before u0000 in a row is text, not a NUL: it commits', async () => {
+    const writer = new DecisionWriter(h.database.db, { now: h.clock.now });
+    const id = await writer.submit(charge(1n, { ...draft(), detail: { note: 'C:\\u0000 and \\\\u0000' } }));
+    const { entries } = await h.store.listAudit(h.tenantIds.a, { capabilityId, limit: 1000 });
+    expect(entries.find((e) => e.id === id)?.detail).toEqual({ note: 'C:\\u0000 and \\\\u0000' });
+  });
 });
 
 // A connection that closes while its batch is still deciding: postgres.js rejects the transaction
