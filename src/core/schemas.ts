@@ -5,14 +5,10 @@
  */
 import { z } from 'zod';
 import { MAX_COST } from './money.js';
+import { storable } from './storable.js';
 import { RIGHTS, SIDE_EFFECTS } from './types.js';
 
-// Postgres text and jsonb cannot hold NUL, and a lone surrogate has no UTF-8 form: refuse both
-// at the edge, so nothing reaches the store that it would change or reject.
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-const storable = (s: string): boolean => !s.includes('\0') && !LONE_SURROGATE.test(s);
-
-/** A bounded string that Postgres can store unchanged. */
+/** A bounded string that Postgres can store unchanged: refused at the edge, so nothing reaches the store that it would change or reject. */
 export function text(max: number, min = 1): z.ZodString {
   return z.string().min(min).max(max).refine(storable, 'must not contain NUL or unpaired surrogates');
 }

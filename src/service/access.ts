@@ -3,6 +3,7 @@
  * needs, nothing granted, and an audit row like any other refusal (on the tenant's own chain, with
  * the key id and request id), written before the answer.
  */
+import { storableText } from '../core/storable.js';
 import { newId } from '../crypto/hash.js';
 import type { Deadline } from '../store/deadline.js';
 import { tenantDraft, type AuditDraft, type CallerIds, type DecisionWriter } from '../store/writer.js';
@@ -31,7 +32,8 @@ export async function forbidden(
   needed: readonly Role[],
   deadline?: Deadline,
 ): Promise<ApiError> {
-  const audit = tenantDraft(newId('aud'), eventOf(route), 'deny', 'forbidden', { route, required_roles: needed });
+  // An unlisted route is the caller's path as sent (decoded: `%00` is a NUL), recorded in a form the store keeps.
+  const audit = tenantDraft(newId('aud'), eventOf(route), 'deny', 'forbidden', { route: storableText(route), required_roles: needed });
   await writer.submit({ tenantId, fence: null, caller, run: async () => ({ result: null, audit }) }, deadline);
   return new ApiError(403, 'forbidden', `this API key lacks the role this call needs: one of ${needed.join(', ')}`, { required_roles: needed });
 }

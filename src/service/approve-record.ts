@@ -3,15 +3,19 @@
  * target as the caller sent it and the args, bounded; a replayed `call_id` answer says it is one.
  */
 import type { ApproveBody } from '../core/schemas.js';
+import { cutAt } from '../core/storable.js';
 import type { StoredResponse } from '../store/idempotency.js';
 import type { Reply } from './authority.js';
 
 /** Longest string an approve audit row keeps of the requested target and of each argument. */
 export const AUDIT_STRING_CHARS = 1024;
 
-/** `s` cut to AUDIT_STRING_CHARS; the row says when it was cut, so nobody mistakes it for the whole. */
+/**
+ * `s` cut to AUDIT_STRING_CHARS, never through a surrogate pair (half an emoji is a string the store
+ * refuses); the row says when it was cut, so nobody mistakes it for the whole.
+ */
 function bounded(s: string): { value: string; truncated: boolean } {
-  return s.length <= AUDIT_STRING_CHARS ? { value: s, truncated: false } : { value: s.slice(0, AUDIT_STRING_CHARS), truncated: true };
+  return s.length <= AUDIT_STRING_CHARS ? { value: s, truncated: false } : { value: cutAt(s, AUDIT_STRING_CHARS), truncated: true };
 }
 
 /**

@@ -7,6 +7,7 @@ import { chainMatches, checkValidity, deny, evaluateApprove, needsApproval, rema
 import { fromMicro, toMicro } from '../core/money.js';
 import { canonicalTarget } from '../core/objects.js';
 import { Args, type ApproveBody } from '../core/schemas.js';
+import { unstorableIn } from '../core/storable.js';
 import type { ArgError } from '../core/tool-args.js';
 import { atPointer } from '../core/tool-schema.js';
 import type { CanonicalTarget, Deny, RawTarget, Right, Scalar, SideEffect, VerifiedCapability } from '../core/types.js';
@@ -21,39 +22,8 @@ import { invalidRequest, type FieldError } from './errors.js';
 /** What approving borrows from the Authority: its token cache, idempotency (and recorded answers), failure guard, writer, tools and approvals. */
 export type DecisionKit = Pick<Authority, 'tokens' | 'idempotent' | 'recorded' | 'guard' | 'submitAs' | 'tools' | 'approvals'>;
 
-/** Postgres text and jsonb hold neither NUL nor lone surrogates (as schemas.ts `text` refuses them). */
-const UNSTORABLE = /\0|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-
 /** The deepest a call by tool's args may nest: its schema's checks, hashing and audit walk them. */
 export const MAX_ARGS_DEPTH = 32;
-
-/**
- * Paths in a call by tool's args that cannot be taken: strings and keys the store could not keep
- * unchanged, and values nested deeper than MAX_ARGS_DEPTH (reported once, at the first such path). Iterative:
- * a 64 KiB body can nest thousands deep.
- */
-function unstorable(root: unknown, out: FieldError[]): void {
-  const stack: [unknown, string, number][] = [[root, 'args', 0]];
-  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
-    const [v, path, depth] = item;
-    if (typeof v === 'string') {
-      if (UNSTORABLE.test(v)) out.push({ path, message: 'must not contain NUL or unpaired surrogates' });
-    } else if (typeof v === 'number') {
-      if (!Number.isFinite(v)) out.push({ path, message: 'must be a finite number' });
-    } else if (typeof v === 'object' && v !== null) {
-      if (depth >= MAX_ARGS_DEPTH) {
-        out.push({ path, message: `nested deeper than ${MAX_ARGS_DEPTH}` });
-        return;
-      }
-      for (const [k, x] of Object.entries(v)) {
-        // A key is stored too (the args go into the audit row's jsonb detail): one the store refuses
-        // would fail the whole batch's insert, every other caller's decisions with it. Not echoed.
-        if (UNSTORABLE.test(k)) out.push({ path, message: 'a key must not contain NUL or unpaired surrogates' });
-        else stack.push([x, `${path}.${k}`, depth + 1]);
-      }
-    }
-  }
-}
 
 /** The target of a call by tool: the args' value at the tool's pointer, as an object of its kind. */
 function toolTarget(kind: 'path' | 'host' | 'repo' | 'url', value: string): RawTarget {
@@ -69,7 +39,8 @@ export class Approver {
     if (!cost.ok) errors.push({ path: 'cost', message: cost.error });
     if (body.tool !== undefined) {
       for (const f of ['op', 'target'] as const) if (body[f] !== undefined) errors.push({ path: f, message: 'not with tool: the tool decides it' });
-      unstorable(body.args ?? {}, errors);
+      // Stored in the audit row's jsonb detail: keys too, and no deeper than MAX_ARGS_DEPTH.
+      unstorableIn(body.args ?? {}, 'args', errors, MAX_ARGS_DEPTH);
       if (errors.length > 0 || !cost.ok) throw invalidRequest(errors);
       return this.approveByTool(tenantId, body, body.tool, cost.value, ctx);
     }

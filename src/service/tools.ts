@@ -12,13 +12,14 @@ import { z } from '@hono/zod-openapi';
 import { ArgsValidator, type ArgError } from '../core/tool-args.js';
 import { checkToolSchema, targetProperty, type SchemaFinding } from '../core/tool-schema.js';
 import { Right, SideEffect, text } from '../core/schemas.js';
+import { unstorableIn } from '../core/storable.js';
 import type { Right as RightType, SideEffect as SideEffectType } from '../core/types.js';
 import { canonicalJson, newId } from '../crypto/hash.js';
 import type { Deadline } from '../store/deadline.js';
 import type { Store } from '../store/store.js';
 import { findTool, INSERT_TOOL, LATEST_TOOL, latestRegistered, listTools, type ToolRecord } from '../store/tools.js';
 import { tenantDraft, type CallerIds, type DecisionWriter } from '../store/writer.js';
-import { ApiError, unavailableFrom, unreadAfterCommit } from './errors.js';
+import { ApiError, invalidRequest, unavailableFrom, unreadAfterCommit, type FieldError } from './errors.js';
 import type { Reply } from './authority.js';
 import { asStored, type ResponseSealer } from './seal.js';
 
@@ -159,6 +160,11 @@ export class ToolRegistry {
 
   /** Registers a tool; a changed definition is a new version (201), an unchanged one is answered as it is (200). */
   async put(tenantId: string, name: string, body: PutToolBody, caller: CallerIds | undefined, deadline: Deadline | undefined): Promise<Reply> {
+    // The schema and target are free-form JSON stored in jsonb: text the store refuses is a bad request here.
+    const unstorable: FieldError[] = [];
+    unstorableIn(body.input_schema, 'input_schema', unstorable);
+    unstorableIn(body.target, 'target', unstorable);
+    if (unstorable.length > 0) throw invalidRequest(unstorable);
     const report = checkToolSchema(body.input_schema);
     const violations: ToolViolation[] = report.violations.map(underSchema);
     if (report.violations.length === 0 && targetProperty(body.input_schema, body.target.pointer) === null)
