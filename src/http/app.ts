@@ -511,18 +511,16 @@ export function createApp(deps: AppDeps): OpenAPIHono<Env> {
   });
   app.openapi(routes.getApproval, async (c) => {
     const waitS = c.req.valid('query').wait_s ?? 0;
-    // A long-poll is bounded by its wait, not by a decision's deadline.
+    // A long-poll is bounded by its wait, not by a decision's deadline. Not wrapped in `bounded`:
+    // reading an approval past its time expires it, a decision whose outcome the view itself reports.
     const deadline = Deadline.in(waitS * 1000 + (deps.deadlineMs ?? DEFAULT_DEADLINE_MS));
     return send(
       c,
-      await bounded(
-        c,
-        authority.approvals.view(c.get('tenantId'), c.req.valid('param').id, waitS, {
-          signal: c.req.raw.signal,
-          viewer: { keyId: c.get('keyId'), roles: c.get('keyRoles') },
-        }),
+      await authority.approvals.view(c.get('tenantId'), c.req.valid('param').id, waitS, {
+        signal: c.req.raw.signal,
+        viewer: { keyId: c.get('keyId'), roles: c.get('keyRoles') },
         deadline,
-      ),
+      }),
     );
   });
   app.openapi(routes.resolveApproval, async (c) =>

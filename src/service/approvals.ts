@@ -26,7 +26,7 @@ import { chainMatches, evaluateApprove, deny } from '../core/approve.js';
 import { fromMicro } from '../core/money.js';
 import type { CanonicalTarget, Deny, Right, Scalar, SideEffect, VerifiedCapability } from '../core/types.js';
 import { newId } from '../crypto/hash.js';
-import type { Deadline } from '../store/deadline.js';
+import { within, type Deadline } from '../store/deadline.js';
 import type { DecisionTx, Store } from '../store/store.js';
 import { EARLIER_OUTCOME, findApproval, INSERT_APPROVAL, listApprovals, LOCK_APPROVAL, SETTLE_APPROVAL, type ApprovalRecord } from '../store/tools.js';
 import type { AuditDraft, CallerIds, DecisionWriter } from '../store/writer.js';
@@ -220,8 +220,10 @@ export class Approvals {
     readonly sealing: () => Promise<ResponseSealer>,
   ) {}
 
-  private async find(tenantId: string, id: string): Promise<ApprovalRecord> {
-    const r = await findApproval(this.store.db, tenantId, id);
+  /** The approval, read within `deadline` when there is one (a stalled database never answers a read). */
+  private async find(tenantId: string, id: string, deadline: Deadline | undefined): Promise<ApprovalRecord> {
+    const read = findApproval(this.store.db, tenantId, id);
+    const r = await (deadline === undefined ? read : within(deadline, read));
     if (r === null) throw new ApiError(404, 'not_found', 'no such approval');
     await this.check(r);
     return r;
@@ -245,13 +247,14 @@ export class Approvals {
     caller: CallerIds | undefined,
     deadline?: Deadline,
   ): Promise<Reply> {
-    const r = await this.guard(() => this.find(tenantId, id));
+    const r = await this.guard(() => this.find(tenantId, id, deadline));
     // requested_by is written once, with the row, so reading it outside the unit's lock is enough.
     if (r.requestedBy !== null && caller?.keyId === r.requestedBy) throw await this.refuseSelf(r, how.decision, caller, deadline);
     if (r.state === 'pending' && r.expiresAt.getTime() <= this.now().getTime()) await this.settle(r, null, caller, deadline);
     else if (r.state === 'pending') await this.settle(r, how, caller, deadline);
     // Once settled here, the resolution may have committed: a failure reading it back is not `not_committed`.
-    const after = r.state === 'pending' ? await this.readBack(() => this.find(tenantId, id)) : await this.guard(() => this.find(tenantId, id));
+    const after =
+      r.state === 'pending' ? await this.readBack(() => this.find(tenantId, id, deadline)) : await this.guard(() => this.find(tenantId, id, deadline));
     if (after.state !== STATE_OF[how.decision]) throw new ApiError(409, 'approval_resolved', `the approval is already ${after.state}`, { state: after.state });
     return { status: 200, body: approvalBody(after) };
   }
@@ -266,20 +269,23 @@ export class Approvals {
    * as for an unknown id): a call's args may be another driver's business. Approvers and auditors
    * see them all; so does the replay of a repeated call_id (no viewer).
    */
-  async view(tenantId: string, id: string, waitS = 0, options: { signal?: AbortSignal; viewer?: Viewer } = {}): Promise<Reply> {
+  async view(tenantId: string, id: string, waitS = 0, options: { signal?: AbortSignal; viewer?: Viewer; deadline?: Deadline } = {}): Promise<Reply> {
+    const { deadline } = options;
     const waits = waitS > 0 && this.polling < MAX_LONG_POLLS;
     const until = waits ? Date.now() + Math.min(waitS, MAX_WAIT_S) * 1000 : 0;
     if (waits) this.polling++;
     try {
       for (;;) {
-        let r = await this.guard(() => this.find(tenantId, id));
+        let r = await this.guard(() => this.find(tenantId, id, deadline));
         const { viewer } = options;
         // Calls asked before requested_by was kept (null) are not checked, as for self-approval.
         if (viewer !== undefined && !viewer.roles.some((role) => SEES_ALL.has(role)) && r.requestedBy !== null && r.requestedBy !== viewer.keyId)
           throw new ApiError(404, 'not_found', 'no such approval');
         if (r.state === 'pending' && r.expiresAt.getTime() <= this.now().getTime()) {
-          await this.settle(r, null, undefined);
-          r = await this.guard(() => this.find(tenantId, id));
+          // The expiry is a decision of its own: bounded by the same deadline, and once it may have
+          // committed, a failure reading the approval back is not `not_committed`.
+          await this.settle(r, null, undefined, deadline);
+          r = await this.readBack(() => this.find(tenantId, id, deadline));
         }
         // A caller that went away is not polled for.
         if (r.state !== 'pending' || Date.now() + POLL_MS > until || options.signal?.aborted === true) return { status: 200, body: approvalBody(r) };
@@ -291,8 +297,8 @@ export class Approvals {
   }
 
   /** The answer to a repeated approve whose first answer was `pending`: the outcome once there is one. */
-  async outcomeOf(tenantId: string, id: string, pending: Record<string, unknown>): Promise<Record<string, unknown>> {
-    const view = (await this.view(tenantId, id)).body as { outcome: Record<string, unknown> | null };
+  async outcomeOf(tenantId: string, id: string, pending: Record<string, unknown>, deadline?: Deadline): Promise<Record<string, unknown>> {
+    const view = (await this.view(tenantId, id, 0, deadline === undefined ? {} : { deadline })).body as { outcome: Record<string, unknown> | null };
     return view.outcome ?? pending;
   }
 

@@ -12,6 +12,7 @@ import type { ArgError } from '../core/tool-args.js';
 import { atPointer } from '../core/tool-schema.js';
 import type { CanonicalTarget, Deny, RawTarget, Right, Scalar, SideEffect, VerifiedCapability } from '../core/types.js';
 import { hashJson, newId } from '../crypto/hash.js';
+import type { Deadline } from '../store/deadline.js';
 import type { Fence, StoredResponse } from '../store/idempotency.js';
 import type { DecisionUnit } from '../store/writer.js';
 import { approveDetail, dryRunDetail, replayedApproval } from './approve-record.js';
@@ -141,7 +142,7 @@ export class Approver {
       // its tool registered anew since (a tighter schema) must not have the call decided a second time.
       if (!mismatch && key !== undefined && requestHash !== undefined) {
         const first = await this.kit.recorded({ tenantId, scope: 'approve', key }, requestHash, deadline);
-        if (first !== null) return this.replay(tenantId, first);
+        if (first !== null) return this.replay(tenantId, first, deadline);
       }
       const d = mismatch ? deny('tenant_mismatch', 'the capability belongs to another tenant') : (denied as Deny);
       const owner = mismatch ? null : cap;
@@ -153,14 +154,14 @@ export class Approver {
       (fence) => this.kit.submitAs(caller, this.unit(tenantId, fence, cap, req, callId, null, caller?.keyId ?? null), deadline),
       deadline,
     );
-    return 'replay' in outcome ? this.replay(tenantId, outcome.replay) : this.reply(outcome.result);
+    return 'replay' in outcome ? this.replay(tenantId, outcome.replay, deadline) : this.reply(outcome.result);
   }
 
   /** The answer to a repeated call_id: its first decision, or for a call that waited for a person, the outcome once there is one (issue 17). */
-  private async replay(tenantId: string, stored: StoredResponse): Promise<Reply> {
+  private async replay(tenantId: string, stored: StoredResponse, deadline: Deadline | undefined): Promise<Reply> {
     const first = stored.body as Record<string, unknown>;
     if (first.decision === 'pending' && typeof first.approval_id === 'string') {
-      const now = await this.kit.approvals.outcomeOf(tenantId, first.approval_id, first);
+      const now = await this.kit.approvals.outcomeOf(tenantId, first.approval_id, first, deadline);
       return replayedApproval({ status: 200, body: now });
     }
     return replayedApproval(stored);

@@ -15,7 +15,7 @@ import { Right, SideEffect, text } from '../core/schemas.js';
 import { unstorableIn } from '../core/storable.js';
 import type { Right as RightType, SideEffect as SideEffectType } from '../core/types.js';
 import { canonicalJson, newId } from '../crypto/hash.js';
-import type { Deadline } from '../store/deadline.js';
+import { Deadline, DEFAULT_DEADLINE_MS, within } from '../store/deadline.js';
 import type { Store } from '../store/store.js';
 import { findTool, INSERT_TOOL, LATEST_TOOL, latestRegistered, listTools, type ToolRecord } from '../store/tools.js';
 import { tenantDraft, type CallerIds, type DecisionWriter } from '../store/writer.js';
@@ -267,9 +267,10 @@ export class ToolRegistry {
       throw unavailableFrom(e);
     }
     // Committed (or found registered already): a failure from here on cannot say it changed nothing.
+    // Within the request's deadline: a stalled database never answers a read.
     let found;
     try {
-      found = await findTool(this.store.db, tenantId, name, out.version);
+      found = await within(deadline ?? Deadline.in(DEFAULT_DEADLINE_MS), findTool(this.store.db, tenantId, name, out.version));
     } catch {
       throw unreadAfterCommit();
     }

@@ -362,12 +362,18 @@ export class DecisionWriter {
       p.state = 'batched';
       p.abandon = () => control.abort();
     }
+    // As in the main lane: a COMMIT never confirmed must not hold this tree's lane (and a tenant's key
+    // changes, which share one) for good. A deadline after it was sent, the lane lets go.
+    let detach!: (v: typeof DETACHED) => void;
+    const detached = new Promise<typeof DETACHED>((r) => (detach = r));
+    let commitWatch: ReturnType<typeof setTimeout> | undefined;
     const onCommit = (): void => {
       for (const p of batch) if (p.state === 'batched') p.state = 'committing';
+      commitWatch = setTimeout(() => detach(DETACHED), this.deadlineMs);
     };
     let result: BatchResult | null = null;
     try {
-      await this.run(
+      const running = this.run(
         async (c) => {
           const out = await this.decideAll(c, batch, 'wait');
           result = out.value;
@@ -375,7 +381,16 @@ export class DecisionWriter {
         },
         { signal: control.signal, onCommit },
       );
+      running.catch(() => undefined); // a lane that let go no longer awaits it
+      if ((await Promise.race([running, detached])) === DETACHED) {
+        this.options.onDatabase?.('unavailable');
+        const failure = new StoreUnavailable('the database did not confirm the commit of the decision', 'unknown');
+        for (const p of batch) this.settle(p, { ok: false, error: failure });
+        return;
+      }
+      clearTimeout(commitWatch);
     } catch (e) {
+      clearTimeout(commitWatch);
       // The others wait for this tree again, in a waiting lane: they may wait for locks, the main lane may not.
       const requeue = (again: Pending[]): void => {
         for (const p of again) p.state = 'deferred';

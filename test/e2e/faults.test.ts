@@ -122,6 +122,21 @@ async function grantFrom(answers: readonly Answer[], from: number): Promise<void
   for (let i = 0; i < 100 && !answers.slice(from).some((r) => r.body?.decision === 'grant'); i++) await sleep(50);
 }
 
+/** A call of the (registered) irreversible shell tool under a new capability, asked by `driver` and waiting for a person: its approval's path, and the call. */
+async function pendingCall(server: RunningServer, driver: string, name: string): Promise<{ path: string; call: Record<string, unknown> }> {
+  const cap = await server.call('POST', '/v1/capabilities', {
+    trajectory_id: name,
+    rights: ['execute'],
+    objects: [{ kind: 'path', prefix: '/workspace' }],
+    predicate: { budget: 10 },
+    ttl_s: 3600,
+  });
+  const call = { token: cap.body.token, tool: 'shell', args: { command: 'make', cwd: '/workspace/app', timeout_ms: 30000 }, cost: 1, call_id: name };
+  const asked = await server.call('POST', '/v1/approve', call, { key: driver });
+  expect(asked.body.decision).toBe('pending');
+  return { path: `/v1/approvals/${asked.body.approval_id as string}`, call };
+}
+
 /** Waits up to 15 s for `/readyz` to answer 200 (a pooled connection has reopened), and expects it. */
 async function readyAgain(server: RunningServer): Promise<void> {
   let ready = 0;
@@ -155,6 +170,10 @@ interface Proxy {
    * connection is then cut as by `cut()`. Whatever the client sends after its COMMIT fails.
    */
   cutAfterCommit(): void;
+  /** A stalled database: from now on nothing is forwarded either way, and every connection, open or new, is held open without a word. */
+  stall(): void;
+  /** As cutAfterCommit, but at that moment the database stalls (as `stall()`) instead. */
+  stallAfterCommit(): void;
   /** Forwards new connections again. */
   restore(): void;
   /** Connections accepted so far. */
@@ -165,8 +184,9 @@ interface Proxy {
 /** A TCP proxy to the PostgreSQL server that can cut every connection and refuse new ones, or shed them. */
 function startProxy(target: URL): Promise<Proxy> {
   const sockets = new Set<Socket>();
-  let mode: 'open' | 'cut' | 'shed' = 'open';
+  let mode: 'open' | 'cut' | 'shed' | 'stall' = 'open';
   let cutAfterCommit = false;
+  let stallAfterCommit = false;
   const cutAll = (): void => {
     mode = 'cut';
     for (const s of sockets) s.destroy();
@@ -176,6 +196,12 @@ function startProxy(target: URL): Promise<Proxy> {
     accepted += 1;
     if (mode === 'cut') {
       client.destroy();
+      return;
+    }
+    if (mode === 'stall') {
+      sockets.add(client);
+      client.on('error', () => {});
+      client.on('close', () => sockets.delete(client));
       return;
     }
     if (mode === 'shed') {
@@ -221,6 +247,10 @@ function startProxy(target: URL): Promise<Proxy> {
         cutAfterCommit = false;
         mode = 'cut';
         client.write(c, cutAll);
+      } else if (confirmed && stallAfterCommit && mode === 'open') {
+        stallAfterCommit = false;
+        mode = 'stall';
+        client.write(c);
       } else if (mode === 'open') client.write(c);
     });
   });
@@ -233,6 +263,12 @@ function startProxy(target: URL): Promise<Proxy> {
         cutAfterCommit() {
           cutAfterCommit = true;
         },
+        stall() {
+          mode = 'stall';
+        },
+        stallAfterCommit() {
+          stallAfterCommit = true;
+        },
         shed() {
           mode = 'shed';
           for (const s of sockets) s.end();
@@ -240,6 +276,7 @@ function startProxy(target: URL): Promise<Proxy> {
         restore() {
           mode = 'open';
           cutAfterCommit = false;
+          stallAfterCommit = false;
         },
         accepted: () => accepted,
         close: () =>
@@ -449,23 +486,54 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('faults on PostgreSQL with real 
       const keyOf = async (roles: string[]): Promise<string> => (await server.call('POST', '/v1/api-keys', { name: roles[0], roles })).body.api_key as string;
       const driver = await keyOf(['driver']);
       const approver = await keyOf(['approver']);
-      const cap = await server.call('POST', '/v1/capabilities', {
-        trajectory_id: 'read-back',
-        rights: ['execute'],
-        objects: [{ kind: 'path', prefix: '/workspace' }],
-        predicate: { budget: 10 },
-        ttl_s: 3600,
-      });
-      const call = { token: cap.body.token, tool: 'shell', args: { command: 'make', cwd: '/workspace/app', timeout_ms: 30000 }, cost: 1, call_id: 'rb-1' };
-      const asked = await server.call('POST', '/v1/approve', call, { key: driver });
-      expect(asked.body.decision).toBe('pending');
-      const path = `/v1/approvals/${asked.body.approval_id as string}`;
+      const { path, call } = await pendingCall(server, driver, 'read-back');
       proxy.cutAfterCommit();
       expect(outcomeOf(await server.call('POST', path, { decision: 'approve' }, { key: approver }))).toEqual([503, 'unavailable', 'unknown']);
       await recovered();
       expect((await server.call('GET', path, undefined, { key: approver })).body.state).toBe('approved');
       expect((await server.call('POST', '/v1/approve', call, { key: driver })).body.decision).toBe('grant');
       await expectVerified(server);
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
+
+  test('a database that stalls around a registration or a resolution: 503 by the deadline, never a hang', async () => {
+    const proxy = await startProxy(new URL(database.url!));
+    try {
+      const env = { DATABASE_URL: through(proxy, database.url!), WARRANT_CHECKPOINT_INTERVAL_S: '0', WARRANT_DEADLINE_MS: '2000' };
+      const server = await startServer({ env, keysDir, apiKey: a.apiKey });
+      /** The answer's status, code and outcome, or `hung` when there was none 8 s on (the deadline is 2 s). */
+      const answer = async (method: string, path: string, body: unknown, key: string): Promise<unknown[]> => {
+        try {
+          const res = await fetch(server.url + path, {
+            method,
+            headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+            body: JSON.stringify(body),
+            signal: AbortSignal.timeout(8000),
+          });
+          const b = await res.json();
+          return [res.status, b.error?.code, b.error?.outcome];
+        } catch {
+          return ['hung'];
+        }
+      };
+      const keyOf = async (roles: string[]): Promise<string> => (await server.call('POST', '/v1/api-keys', { name: roles[0], roles })).body.api_key as string;
+      const driver = await keyOf(['driver']);
+      const approver = await keyOf(['approver']);
+
+      // The registration commits; then the database stalls before it is read back.
+      proxy.stallAfterCommit();
+      expect(await answer('PUT', '/v1/tools/shell', SHELL, a.apiKey)).toEqual([503, 'unavailable', 'unknown']);
+      proxy.restore();
+      await readyAgain(server);
+
+      const { path } = await pendingCall(server, driver, 'stall');
+      expect((await server.call('GET', path, undefined, { key: approver })).status).toBe(200); // the approver's key is cached
+      // The database stalls before the approval is even read: nothing was decided.
+      proxy.stall();
+      expect(await answer('POST', path, { decision: 'approve' }, approver)).toEqual([503, 'unavailable', 'not_committed']);
+      proxy.restore();
     } finally {
       await proxy.close();
     }
