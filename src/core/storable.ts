@@ -5,8 +5,10 @@
  * store refuses fails all of them.
  */
 
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-const UNSTORABLE_ALL = /\0|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+/** A high surrogate not followed by a low one, or a low one not after a high one. */
+const LONE = String.raw`[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]`;
+const LONE_SURROGATE = new RegExp(LONE);
+const UNSTORABLE_ALL = new RegExp(String.raw`\0|${LONE}`, 'g');
 
 /** Whether the store keeps `s` unchanged. */
 export const storable = (s: string): boolean => !s.includes('\0') && !LONE_SURROGATE.test(s);
