@@ -97,13 +97,14 @@ export function approvalParts(r: Omit<ApprovalRecord, 'seal'>): unknown[] {
   ];
 }
 
+/** A read found the row changed: this request decided nothing (after its own write, `readBack` says `unknown`). */
 const unsealed = (): ApiError =>
   new ApiError(
     503,
     'unavailable',
     'the approval record does not hold its seal (changed in the database, or sealed under a retired signing key); nothing is granted',
     {
-      outcome: 'unknown',
+      outcome: 'not_committed',
     },
   );
 
@@ -433,7 +434,8 @@ export class Approvals {
         503,
         'unavailable',
         `the approval was settled already (audit row ${reopened}) but its row says pending: it was changed in the database; nothing is granted`,
-        { outcome: 'unknown' },
+        // The unit found the earlier outcome and wrote nothing.
+        { outcome: 'not_committed' },
       );
   }
 
@@ -459,12 +461,13 @@ export class Approvals {
     return new ApiError(403, 'self_approval', 'the API key that asked for this call may not resolve it: another approver must');
   }
 
-  /** A read after this request's own write committed: a store failure is 503 with outcome `unknown`. */
+  /** A read after this request's own write committed: any 503, a store failure or a seal that fails, has outcome `unknown`. */
   private async readBack<R>(f: () => Promise<R>): Promise<R> {
     try {
       return await f();
     } catch (e) {
-      if (e instanceof ApiError) throw e;
+      if (e instanceof ApiError && e.status !== 503) throw e;
+      if (e instanceof ApiError) throw new ApiError(503, e.code, e.message, { ...e.extra, outcome: 'unknown' });
       throw unreadAfterCommit();
     }
   }

@@ -335,10 +335,9 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     const id = asked.body.approval_id as string;
     const granted = { decision: 'grant', reason: null, capability_id: cap.capability_id, audit_id: 'aud_forged', approval_id: id };
     await exec(sql`UPDATE approvals SET state = 'approved', outcome = ${JSON.stringify(granted)}::jsonb, resolved_at = now() WHERE id = ${id}`);
-    for (const r of [await shell(cap.token, 'forged-1'), await h.call('GET', `/v1/approvals/${id}`)]) {
-      expect(r.status).toBe(503);
-      expect(r.body.error.code).toBe('unavailable');
-    }
+    // Reads that found the change: nothing was decided, so nothing committed.
+    for (const r of [await shell(cap.token, 'forged-1'), await h.call('GET', `/v1/approvals/${id}`)])
+      expect([r.status, r.body.error.code, r.body.error.outcome]).toEqual([503, 'unavailable', 'not_committed']);
     // Left out of the queue, which stays open for the rest.
     const listed = await h.call('GET', '/v1/approvals?state=approved&limit=100');
     expect(listed.status).toBe(200);
@@ -366,7 +365,8 @@ describe.each(BACKENDS)('approvals on %s', (backend) => {
     await h.database.db.execute(sql`DELETE FROM approvals WHERE id = ${id}`);
     await h.database.db.execute(sql`INSERT INTO approvals SELECT * FROM jsonb_populate_record(NULL::approvals, ${copy}::jsonb)`);
     const again = await resolve(id, 'approve');
-    expect([again.status, again.body.error?.code]).toEqual([503, 'unavailable']);
+    // Its unit found the earlier outcome and wrote nothing.
+    expect([again.status, again.body.error?.code, again.body.error?.outcome]).toEqual([503, 'unavailable', 'not_committed']);
     expect(await spend(cap.capability_id)).toEqual(charged);
     expect((await rows(cap.trajectory_id)).filter((e) => e.event === 'approve' && e.decision === 'grant')).toHaveLength(1);
     expect((await h.call('GET', '/v1/audit/verify')).body.ok).toBe(true);
