@@ -30,7 +30,7 @@ import { within, type Deadline } from '../store/deadline.js';
 import type { DecisionTx, Store } from '../store/store.js';
 import { EARLIER_OUTCOME, findApproval, INSERT_APPROVAL, listApprovals, LOCK_APPROVAL, SETTLE_APPROVAL, type ApprovalRecord } from '../store/tools.js';
 import type { AuditDraft, CallerIds, DecisionWriter } from '../store/writer.js';
-import { ApiError, unavailableFrom, unreadAfterCommit } from './errors.js';
+import { ApiError, readAfterCommit, unavailableFrom } from './errors.js';
 import type { Reply } from './authority.js';
 import { asStored, type ResponseSealer } from './seal.js';
 import type { Role } from './keys.js';
@@ -97,7 +97,7 @@ export function approvalParts(r: Omit<ApprovalRecord, 'seal'>): unknown[] {
   ];
 }
 
-/** A read found the row changed: this request decided nothing (after its own write, `readBack` says `unknown`). */
+/** A read found the row changed: this request decided nothing (after its own write, `readAfterCommit` says `unknown`). */
 const unsealed = (): ApiError =>
   new ApiError(
     503,
@@ -255,7 +255,7 @@ export class Approvals {
     else if (r.state === 'pending') await this.settle(r, how, caller, deadline);
     // Once settled here, the resolution may have committed: a failure reading it back is not `not_committed`.
     const after =
-      r.state === 'pending' ? await this.readBack(() => this.find(tenantId, id, deadline)) : await this.guard(() => this.find(tenantId, id, deadline));
+      r.state === 'pending' ? await readAfterCommit(() => this.find(tenantId, id, deadline)) : await this.guard(() => this.find(tenantId, id, deadline));
     if (after.state !== STATE_OF[how.decision]) throw new ApiError(409, 'approval_resolved', `the approval is already ${after.state}`, { state: after.state });
     return { status: 200, body: approvalBody(after) };
   }
@@ -286,7 +286,7 @@ export class Approvals {
           // The expiry is a decision of its own: bounded by the same deadline, and once it may have
           // committed, a failure reading the approval back is not `not_committed`.
           await this.settle(r, null, undefined, deadline);
-          r = await this.readBack(() => this.find(tenantId, id, deadline));
+          r = await readAfterCommit(() => this.find(tenantId, id, deadline));
         }
         // A caller that went away is not polled for.
         if (r.state !== 'pending' || Date.now() + POLL_MS > until || options.signal?.aborted === true) return { status: 200, body: approvalBody(r) };
@@ -459,17 +459,6 @@ export class Approvals {
       this.writer.submit({ tenantId: r.tenantId, fence: null, chainOf: r.capabilityId, caller, run: async () => ({ result: null, audit }) }, deadline),
     );
     return new ApiError(403, 'self_approval', 'the API key that asked for this call may not resolve it: another approver must');
-  }
-
-  /** A read after this request's own write committed: any 503, a store failure or a seal that fails, has outcome `unknown`. */
-  private async readBack<R>(f: () => Promise<R>): Promise<R> {
-    try {
-      return await f();
-    } catch (e) {
-      if (e instanceof ApiError && e.status !== 503) throw e;
-      if (e instanceof ApiError) throw new ApiError(503, e.code, e.message, { ...e.extra, outcome: 'unknown' });
-      throw unreadAfterCommit();
-    }
   }
 
   private async guard<R>(f: () => Promise<R>): Promise<R> {

@@ -66,14 +66,21 @@ export function unavailable(outcome: UnavailableOutcome = 'not_committed'): ApiE
 }
 
 /**
- * The 503 for a failure after the request's write committed, while reading back what it wrote:
- * the write took effect, so the answer must not say `not_committed`. Repeating the request reads it
- * (a tool registered again unchanged is `created: false`; a resolution repeated answers the approval as it stands).
+ * A read after the request's own write committed: the write took effect, so no failure here may say
+ * `not_committed`. A store failure is 503 `unknown`, and so is any 503 the read raises itself;
+ * other errors pass. Repeating the request reads the result (a tool registered again unchanged is
+ * `created: false`; a resolution repeated answers the approval as it stands).
  */
-export function unreadAfterCommit(): ApiError {
-  return new ApiError(503, 'unavailable', 'the request committed, but reading back its result failed: repeat it to read the result', {
-    outcome: 'unknown',
-  });
+export async function readAfterCommit<R>(read: () => Promise<R>): Promise<R> {
+  try {
+    return await read();
+  } catch (e) {
+    if (e instanceof ApiError && e.status !== 503) throw e;
+    if (e instanceof ApiError) throw new ApiError(503, e.code, e.message, { ...e.extra, outcome: 'unknown' });
+    throw new ApiError(503, 'unavailable', 'the request committed, but reading back its result failed: repeat it to read the result', {
+      outcome: 'unknown',
+    });
+  }
 }
 
 /** The 503 for a failure of the store: `unknown` only when a COMMIT was sent and not confirmed. */

@@ -19,7 +19,7 @@ import { Deadline, DEFAULT_DEADLINE_MS, within } from '../store/deadline.js';
 import type { Store } from '../store/store.js';
 import { findTool, INSERT_TOOL, LATEST_TOOL, latestRegistered, listTools, type ToolRecord } from '../store/tools.js';
 import { tenantDraft, type CallerIds, type DecisionWriter } from '../store/writer.js';
-import { ApiError, invalidRequest, unavailableFrom, unreadAfterCommit, type FieldError } from './errors.js';
+import { ApiError, invalidRequest, readAfterCommit, unavailableFrom, type FieldError } from './errors.js';
 import type { Reply } from './authority.js';
 import { asStored, type ResponseSealer } from './seal.js';
 
@@ -268,12 +268,7 @@ export class ToolRegistry {
     }
     // Committed (or found registered already): a failure from here on cannot say it changed nothing.
     // Within the request's deadline: a stalled database never answers a read.
-    let found;
-    try {
-      found = await within(deadline ?? Deadline.in(DEFAULT_DEADLINE_MS), findTool(this.store.db, tenantId, name, out.version));
-    } catch {
-      throw unreadAfterCommit();
-    }
+    const found = await readAfterCommit(() => within(deadline ?? Deadline.in(DEFAULT_DEADLINE_MS), findTool(this.store.db, tenantId, name, out.version)));
     if (found === null) throw new ApiError(404, 'not_found', 'no such tool');
     return { status: out.created ? 201 : 200, body: toolBody(await this.checked(found)) };
   }

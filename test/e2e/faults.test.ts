@@ -463,12 +463,21 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('faults on PostgreSQL with real 
     }
   }, 60_000);
 
+  /**
+   * A server reaching the database through `proxy`, with no checkpoints (so the COMMIT the proxy
+   * watches for is a request's own) and a 2 s deadline, and a driver's and an approver's key of its tenant.
+   */
+  async function behind(proxy: Proxy): Promise<{ server: RunningServer; driver: string; approver: string }> {
+    const env = { DATABASE_URL: through(proxy, database.url!), WARRANT_CHECKPOINT_INTERVAL_S: '0', WARRANT_DEADLINE_MS: '2000' };
+    const server = await startServer({ env, keysDir, apiKey: a.apiKey });
+    const keyOf = async (role: string): Promise<string> => (await server.call('POST', '/v1/api-keys', { name: role, roles: [role] })).body.api_key as string;
+    return { server, driver: await keyOf('driver'), approver: await keyOf('approver') };
+  }
+
   test('a read-back that fails after its write committed answers outcome unknown, not not_committed', async () => {
     const proxy = await startProxy(new URL(database.url!));
     try {
-      // No checkpoints: the COMMIT the proxy lets through must be the request's own.
-      const env = { DATABASE_URL: through(proxy, database.url!), WARRANT_CHECKPOINT_INTERVAL_S: '0', WARRANT_DEADLINE_MS: '2000' };
-      const server = await startServer({ env, keysDir, apiKey: a.apiKey });
+      const { server, driver, approver } = await behind(proxy);
       const outcomeOf = (r: { status: number; body: Body }): unknown => [r.status, r.body.error?.code, r.body.error?.outcome];
       const recovered = async (): Promise<void> => {
         proxy.restore();
@@ -483,9 +492,6 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('faults on PostgreSQL with real 
       expect((await server.call('PUT', '/v1/tools/shell', SHELL)).status).toBe(200);
 
       // An approval's resolution commits, then reading the approval back fails.
-      const keyOf = async (roles: string[]): Promise<string> => (await server.call('POST', '/v1/api-keys', { name: roles[0], roles })).body.api_key as string;
-      const driver = await keyOf(['driver']);
-      const approver = await keyOf(['approver']);
       const { path, call } = await pendingCall(server, driver, 'read-back');
       proxy.cutAfterCommit();
       expect(outcomeOf(await server.call('POST', path, { decision: 'approve' }, { key: approver }))).toEqual([503, 'unavailable', 'unknown']);
@@ -501,8 +507,7 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('faults on PostgreSQL with real 
   test('a database that stalls around a registration or a resolution: 503 by the deadline, never a hang', async () => {
     const proxy = await startProxy(new URL(database.url!));
     try {
-      const env = { DATABASE_URL: through(proxy, database.url!), WARRANT_CHECKPOINT_INTERVAL_S: '0', WARRANT_DEADLINE_MS: '2000' };
-      const server = await startServer({ env, keysDir, apiKey: a.apiKey });
+      const { server, driver, approver } = await behind(proxy);
       /** The answer's status, code and outcome, or `hung` when there was none 8 s on (the deadline is 2 s). */
       const answer = async (method: string, path: string, body: unknown, key: string): Promise<unknown[]> => {
         try {
@@ -518,10 +523,6 @@ describe.skipIf(!process.env.TEST_DATABASE_URL)('faults on PostgreSQL with real 
           return ['hung'];
         }
       };
-      const keyOf = async (roles: string[]): Promise<string> => (await server.call('POST', '/v1/api-keys', { name: roles[0], roles })).body.api_key as string;
-      const driver = await keyOf(['driver']);
-      const approver = await keyOf(['approver']);
-
       // The registration commits; then the database stalls before it is read back.
       proxy.stallAfterCommit();
       expect(await answer('PUT', '/v1/tools/shell', SHELL, a.apiKey)).toEqual([503, 'unavailable', 'unknown']);

@@ -123,6 +123,7 @@ describe('faults at one statement: reads around a decision and unconfirmed commi
   let r: Rig;
   let driver: string;
   let approver: string;
+  let expired = 0;
 
   beforeEach(async () => {
     r = await rig();
@@ -198,27 +199,19 @@ describe('faults at one statement: reads around a decision and unconfirmed commi
 
   // ---- (1) a failure after a write committed answered `not_committed` ----
 
-  test('POST /v1/approve repeated after its approval expired: the expiry commits, the read after it fails: not `not_committed`', async () => {
-    const { call } = await pendingCall('c-exp-1');
+  test.each<[string, (p: { path: string; call: Record<string, unknown> }) => Promise<Answer>]>([
+    ['POST /v1/approve repeated', (p) => r.call(driver, 'POST', '/v1/approve', p.call)],
+    ['GET /v1/approvals/{id}', (p) => r.call(approver, 'GET', p.path)],
+  ])('%s after its approval expired: the expiry commits, the read after it fails: not `not_committed`', async (_, request) => {
+    const pending = await pendingCall(`c-exp-${++expired}`);
     r.clock.advance(3600); // past the approval's expiry (15 min)
-    await r.call(driver, 'GET', '/v1/tools'); // the driver key is read again and cached
-    let reads = 0;
-    r.fault = (sql) => (/from "approvals"/i.test(sql) ? (++reads === 1 ? 'pass' : 'fail') : 'pass');
-    const a = await r.call(driver, 'POST', '/v1/approve', call);
-    r.fault = () => 'pass';
-    // The repeat's expiry decision committed with its audit row:
-    expect(await r.auditRows(`event = 'approve' AND reason_code = 'approval_expired'`)).toHaveLength(1);
-    expect(outcome(a)).toEqual([503, 'unavailable', 'unknown']);
-  });
-
-  test('GET /v1/approvals/{id} after it expired: the expiry commits, the read after it fails: not `not_committed`', async () => {
-    const { path } = await pendingCall('c-exp-2');
-    r.clock.advance(3600);
+    await r.call(driver, 'GET', '/v1/tools'); // the keys are read again and cached
     await r.call(approver, 'GET', '/v1/tools');
     let reads = 0;
     r.fault = (sql) => (/from "approvals"/i.test(sql) ? (++reads === 1 ? 'pass' : 'fail') : 'pass');
-    const a = await r.call(approver, 'GET', path);
+    const a = await request(pending);
     r.fault = () => 'pass';
+    // The expiry decision committed with its audit row:
     expect(await r.auditRows(`event = 'approve' AND reason_code = 'approval_expired'`)).toHaveLength(1);
     expect(outcome(a)).toEqual([503, 'unavailable', 'unknown']);
   });
